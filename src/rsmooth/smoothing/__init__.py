@@ -1,0 +1,16 @@
+"""Randomized smoothing: the smoothed classifier and its statistics (Cohen et al. 2019)."""
+from .smooth import Precision, Smooth
+from .stats import (
+    binom_pvalue,
+    certified_radius,
+    clopper_pearson_lower,
+    max_certifiable_radius,
+    validate_alpha,
+    validate_count,
+    validate_sigma,
+)
+
+__all__ = [
+    "Smooth", "Precision", "binom_pvalue", "certified_radius", "clopper_pearson_lower",
+    "max_certifiable_radius", "validate_alpha", "validate_count", "validate_sigma",
+]

@@ -1,0 +1,89 @@
+"""The statistics of Cohen et al.'s PREDICT and CERTIFY, as pure functions.
+
+Cohen, Rosenfeld & Kolter (2019), "Certified adversarial robustness via randomized
+smoothing"; restated in papers/004 Sec. 2.2 (eq. 3-4) and SPEC.md section 1.
+"""
+from __future__ import annotations
+
+import math
+
+from scipy.stats import beta, binomtest, norm
+
+from ..errors import RsmoothError, check
+
+
+def validate_alpha(alpha: float) -> float:
+    """Return ``alpha`` as a float, or raise if it is not in the open interval (0, 1)."""
+    try:
+        a = float(alpha)
+    except (TypeError, ValueError):
+        raise RsmoothError(f"alpha must be a number in (0, 1), got {alpha!r}") from None
+    check(0.0 < a < 1.0, f"alpha must be in (0, 1) (e.g. 0.001), got {alpha!r}")
+    return a
+
+
+def validate_count(name: str, value: int) -> int:
+    """Return a sample count as int, or raise if it is not an integer >= 1."""
+    check(isinstance(value, int) or float(value).is_integer(), f"{name} must be an integer, got {value!r}")
+    check(int(value) >= 1, f"{name} must be >= 1, got {value!r}")
+    return int(value)
+
+
+def clopper_pearson_lower(n_a: int, n: int, alpha: float) -> float:
+    """One-sided (1 - alpha) Clopper-Pearson lower confidence bound on a binomial proportion.
+
+    ``Beta.ppf(alpha, n_a, n - n_a + 1)`` (Cohen et al. 2019, ``lowerConfBound``), which is
+    the lower end of ``proportion_confint(n_a, n, alpha=2 * alpha, method="beta")``.
+    ``n_a = 0`` gives 0 (``Beta.ppf`` is NaN there; SPEC.md 1).
+
+    Args:
+        n_a: successes, ``0 <= n_a <= n``.
+        n: trials, ``>= 1``.
+        alpha: failure probability in (0, 1).
+    Guarantee: P(bound > p) <= alpha for every true proportion p.
+    """
+    n = validate_count("n", n)
+    alpha = validate_alpha(alpha)
+    check(0 <= n_a <= n, f"n_a must be in [0, n={n}], got {n_a}")
+    if n_a == 0:
+        return 0.0
+    return float(beta.ppf(alpha, n_a, n - n_a + 1))
+
+
+def certified_radius(p_lower: float, sigma: float) -> float:
+    """l2 radius ``sigma * Phi^-1(p_lower)`` (papers/004 eq. 4, with p_B = 1 - p_A).
+
+    Meaningful for ``p_lower > 0.5``; the radius is in the units of the noise (pixels in
+    [0, 1]).  ``p_lower = 1`` cannot occur for a Clopper-Pearson bound with alpha > 0.
+    """
+    return float(sigma * norm.ppf(p_lower))
+
+
+def binom_pvalue(n_a: int, n_b: int) -> float:
+    """Two-sided p-value of the test that ``n_a`` of ``n_a + n_b`` draws come from p = 0.5.
+
+    PREDICT abstains when it exceeds alpha (Cohen et al. 2019, Alg. PREDICT).  Uses
+    ``scipy.stats.binomtest`` (``binom_test`` was removed in SciPy 1.12).
+    """
+    check(n_a >= 0 and n_b >= 0, f"counts must be >= 0, got {n_a}, {n_b}")
+    if n_a + n_b == 0:
+        return 1.0
+    return float(binomtest(int(n_a), int(n_a + n_b), 0.5).pvalue)
+
+
+def max_certifiable_radius(n: int, alpha: float, sigma: float) -> float:
+    """The largest radius CERTIFY can return: every one of the n samples votes for c_A.
+
+    3.8115 * sigma at n = 100,000 and alpha = 0.001 (SPEC.md 1).
+    """
+    return certified_radius(clopper_pearson_lower(n, n, alpha), sigma)
+
+
+def validate_sigma(sigma: float) -> float:
+    """Return sigma as a float, or raise if it is not a finite number > 0."""
+    try:
+        s = float(sigma)
+    except (TypeError, ValueError):
+        raise RsmoothError(f"sigma must be a number > 0, got {sigma!r}") from None
+    check(math.isfinite(s) and s > 0, f"sigma must be > 0 (noise std in [0,1] pixel units, e.g. 0.25), got {sigma!r}")
+    return s
