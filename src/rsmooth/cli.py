@@ -1,0 +1,219 @@
+"""rsmooth's command line: parse -> config -> API call (STYLE.md habit 3).
+
+Units: sigma and radii are l2 distances in [0, 1] pixel units (images scaled to [0, 1] before
+normalisation), as in every randomized-smoothing paper.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import typing
+from typing import Any, Dict, List, Optional
+
+from . import __version__
+from .errors import RsmoothError
+
+UNITS = ("sigma and radii are l2 distances in [0,1] pixel units: images are scaled to [0,1] "
+         "and the noise is added before normalisation (e.g. sigma 0.25, 0.5, 1.0).")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the problem and where to read more, no usage dump."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _integer(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    return v
+
+
+def _method_fields() -> Dict[str, List[Any]]:
+    """Every method hyperparameter (except sigma): flag name -> [field, method names]."""
+    from .methods import METHODS, hyperparameters
+
+    out: Dict[str, List[Any]] = {}
+    for name in METHODS.names():
+        for f in hyperparameters(METHODS.get(name)):
+            if f.name != "sigma":
+                out.setdefault(f.name, [f, []])[1].append(name)
+    return out
+
+
+def _field_type(f: dataclasses.Field):
+    t = f.type if not isinstance(f.type, str) else {"int": int, "float": float, "bool": bool,
+                                                     "str": str}.get(f.type.split("[")[0], str)
+    origin = typing.get_origin(t)
+    if origin is typing.Union:
+        t = next(a for a in typing.get_args(t) if a is not type(None))
+    return t
+
+
+def _add_common_data(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", help="where datasets live or are downloaded to "
+                   "(default: $RSMOOTH_DATA, then ~/.cache/rsmooth/data)")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .data import DATASETS, DEFAULT_DATASET
+    from .methods import METHODS
+    from .models import MODELS
+
+    parser = _Parser(
+        prog="rsmooth", description="Certified robustness by randomized smoothing: train base "
+        "classifiers, certify smoothed classifiers (Cohen et al. 2019), report ACR and certified "
+        "accuracy. " + UNITS)
+    parser.add_argument("--version", action="version", version=f"rsmooth {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    # train ------------------------------------------------------------------------------
+    t = sub.add_parser("train", help="train a base classifier",
+                       description="Train a base classifier for randomized smoothing. Writes "
+                       "OUT/checkpoint.pt after every epoch (atomically), OUT/config.json and "
+                       "OUT/train.log. " + UNITS)
+    t.add_argument("--dataset", default=DEFAULT_DATASET, choices=DATASETS.names(),
+                   help=f"training data (default: {DEFAULT_DATASET}, built in, no download)")
+    t.add_argument("--arch", choices=MODELS.names(), help="architecture (default: the dataset's usual one)")
+    t.add_argument("--method", default="gaussian", choices=METHODS.names(), help="training method")
+    t.add_argument("--sigma", type=float, default=0.25,
+                   help="training noise level, std in [0,1] pixel units (default: 0.25)")
+    t.add_argument("--epochs", type=_integer, help="epochs (default: 150; digits 30; imagenet 90)")
+    t.add_argument("--batch-size", type=_integer, default=256, help="images per loader batch (default: 256)")
+    t.add_argument("--lr", type=float, help="initial learning rate (default: 0.01 MNIST family, 0.1 CIFAR/ImageNet, 0.05 digits)")
+    t.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default: 0.9)")
+    t.add_argument("--weight-decay", type=float, default=1e-4, help="SGD weight decay (default: 1e-4)")
+    t.add_argument("--nesterov", action="store_true", help="Nesterov momentum (SmoothMix's setting)")
+    t.add_argument("--lr-step", type=_integer,
+                   help="multiply the lr by --lr-gamma every this many epochs (default: 50; imagenet 30; digits 20)")
+    t.add_argument("--milestones", type=_integer, nargs="+", help="multistep schedule: epochs at which the lr drops")
+    t.add_argument("--lr-gamma", type=float, default=0.1, help="lr decay factor (default: 0.1)")
+    t.add_argument("--seed", type=int, default=0, help="seed of every random stream of the run (default: 0)")
+    t.add_argument("--workers", type=int, default=0, help="data-loading worker processes (default: 0)")
+    t.add_argument("--out", required=True, help="output folder")
+    t.add_argument("--resume", action="store_true", help="continue the run in --out after a stop or kill")
+    _add_common_data(t)
+    g = t.add_argument_group("method hyperparameters (each applies to the methods named in its help)")
+    for name, (f, methods) in sorted(_method_fields().items()):
+        ftype = _field_type(f)
+        help_text = f"{f.metadata.get('help', '')} [{', '.join(methods)}]"
+        if ftype is bool:
+            g.add_argument("--" + name.replace("_", "-"), dest="hp_" + name, default=None,
+                           action=argparse.BooleanOptionalAction, help=help_text)
+        else:
+            g.add_argument("--" + name.replace("_", "-"), dest="hp_" + name, type=ftype, default=None,
+                           help=help_text)
+    t.set_defaults(func=cmd_train)
+
+    # certify / predict ------------------------------------------------------------------
+    for name, helptext in (("certify", "CERTIFY: certified radius of each test example"),
+                           ("predict", "PREDICT: smoothed prediction of each test example")):
+        c = sub.add_parser(name, help=helptext, description=helptext + " (Cohen et al. 2019). "
+                           "Writes a TSV (idx label predict radius correct time) row by row and a "
+                           "sidecar OUT.json with the run's settings; rerunning continues an "
+                           "interrupted run. " + UNITS)
+        c.add_argument("--checkpoint", required=True, help="OUT/checkpoint.pt of 'rsmooth train' "
+                       "(or its folder), or a public Cohen/Salman/Jeong/MACER checkpoint with --dataset")
+        c.add_argument("--dataset", choices=DATASETS.names(), help="default: the checkpoint's")
+        c.add_argument("--split", default="test", choices=["test", "train"], help="default: test")
+        c.add_argument("--sigma", type=float, help="noise level, std in [0,1] pixel units (default: the checkpoint's)")
+        if name == "certify":
+            c.add_argument("--n0", type=_integer, default=100, help="samples to select the class (default: 100)")
+        c.add_argument("--n", type=_integer, default=100_000,
+                       help=f"samples to {'estimate the bound' if name == 'certify' else 'vote'} (default: 100000)")
+        c.add_argument("--alpha", type=float, default=0.001, help="failure probability in (0, 1) (default: 0.001)")
+        c.add_argument("--batch-size", type=_integer, help="noisy samples per forward pass (default: tuned, see BENCHMARKS.md)")
+        c.add_argument("--skip", type=_integer, default=1, help="use every skip-th example (Cohen: 20 for CIFAR-10, 100 for ImageNet)")
+        c.add_argument("--max", type=_integer, help="certify at most this many examples")
+        c.add_argument("--seed", type=int, default=0, help="noise seed; example i uses a stream derived from (seed, i)")
+        c.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                       help="bf16: weights and noisy inputs in bfloat16 (faster on AMX CPUs; recorded in OUT.json)")
+        c.add_argument("--channels-last", action="store_true", help="channels-last memory format (faster convolutions on CPU)")
+        c.add_argument("--compile", action="store_true", help="torch.compile the model (slow start, faster sampling)")
+        c.add_argument("--out", required=True, help="output TSV")
+        c.add_argument("--overwrite", action="store_true", help="replace --out instead of continuing it")
+        _add_common_data(c)
+        c.set_defaults(func=cmd_certify, mode=name)
+
+    # analyze ----------------------------------------------------------------------------
+    a = sub.add_parser("analyze", help="ACR and certified accuracy tables and plots",
+                       description="Tables in the papers' layout (rows = result files, columns = ACR "
+                       "then certified accuracy in %% at each radius). " + UNITS)
+    a.add_argument("results", nargs="+", help="certify TSV files (rsmooth's or any public codebase's)")
+    a.add_argument("--radii", type=float, nargs="+", help="radii for the columns (default: 0 to the largest radius, step 0.25)")
+    a.add_argument("--format", default="markdown", choices=["markdown", "latex", "csv"], help="table format")
+    a.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    a.add_argument("--plot", help="write a PNG of certified accuracy against radius")
+    a.add_argument("--labels", nargs="+", help="one label per file (default: file names)")
+    a.set_defaults(func=cmd_analyze)
+
+    ls = sub.add_parser("list", help="list datasets, architectures and methods")
+    ls.set_defaults(func=cmd_list)
+    return parser
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from .engine import TrainConfig, train
+
+    hparams = {"sigma": args.sigma}
+    hparams.update({k[3:]: v for k, v in vars(args).items() if k.startswith("hp_") and v is not None})
+    config = TrainConfig(dataset=args.dataset, arch=args.arch, method=args.method, hparams=hparams,
+                         epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                         momentum=args.momentum, weight_decay=args.weight_decay,
+                         nesterov=args.nesterov, lr_step=args.lr_step, milestones=args.milestones,
+                         lr_gamma=args.lr_gamma, seed=args.seed, data_dir=args.data_dir,
+                         device=args.device, num_workers=args.workers)
+    result = train(config, args.out, resume=args.resume)
+    print(f"checkpoint: {result.checkpoint}")
+
+
+def cmd_certify(args: argparse.Namespace) -> None:
+    from .engine import run_certification
+
+    out = run_certification(
+        args.checkpoint, args.out, mode=args.mode, dataset=args.dataset, split=args.split,
+        sigma=args.sigma, n0=getattr(args, "n0", 100), n=args.n, alpha=args.alpha,
+        batch_size=args.batch_size, skip=args.skip, max=args.max, seed=args.seed,
+        precision=args.precision, channels_last=args.channels_last, compile=args.compile,
+        data_dir=args.data_dir, device=args.device, overwrite=args.overwrite)
+    print(f"results: {out}")
+
+
+def cmd_analyze(args: argparse.Namespace) -> None:
+    from .report import analyze
+
+    print(analyze(args.results, radii=args.radii, fmt=args.format, labels=args.labels,
+                  plot=args.plot, as_json=args.json))
+
+
+def cmd_list(args: argparse.Namespace) -> None:
+    from .data import DATASETS
+    from .methods import METHODS
+    from .models import MODELS
+
+    for title, reg in (("datasets", DATASETS), ("architectures", MODELS), ("methods", METHODS)):
+        print(f"{title}: {', '.join(reg.names())}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except RsmoothError as e:
+        print(f"rsmooth: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rsmooth: interrupted; rerun the same command (train: add --resume) to continue",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Datasets for rsmooth: readers, checksummed downloads, batched augmentation, fingerprints.
+
+``get_dataset(name, split)`` returns a :class:`Dataset` of [0, 1] images; names are in
+``DATASETS`` (digits, mnist, fashion-mnist, cifar10, cifar100, imagenet) and
+``dataset_info(name)`` tells a model its shape, classes and normalisation without any
+data.  See docs/ARCHITECTURE.md ("data") and shared/SPEC.md section 3.
+
+Example::
+
+    from rsmooth.data import get_dataset, certify_indices
+    train = get_dataset("digits", "train")
+    g = torch.Generator().manual_seed(0)
+    x, y = train.get_batch(torch.arange(64), augment=True, generator=g)
+    subset = certify_indices(len(get_dataset("digits", "test")), skip=20, max=500)
+"""
+from .base import (
+    DATASETS,
+    DEFAULT_DATASET,
+    ENV_DATA_DIR,
+    SPLITS,
+    DataIntegrityWarning,
+    Dataset,
+    DatasetInfo,
+    InMemoryDataset,
+    check_fingerprint,
+    dataset_info,
+    get_dataset,
+)
+from .download import download_file
+from .subsets import certify_indices
+
+# Importing the readers registers them in DATASETS.
+from . import digits, mnist, cifar, imagenet  # noqa: E402,F401  isort: skip
+
+__all__ = [
+    "DATASETS",
+    "DEFAULT_DATASET",
+    "ENV_DATA_DIR",
+    "SPLITS",
+    "DataIntegrityWarning",
+    "Dataset",
+    "DatasetInfo",
+    "InMemoryDataset",
+    "certify_indices",
+    "check_fingerprint",
+    "dataset_info",
+    "download_file",
+    "get_dataset",
+]

@@ -1,0 +1,226 @@
+"""CIFAR-10 and CIFAR-100 from the official *binary* archives (SPEC.md 3; Krizhevsky 2009).
+
+No unpickling: the binary version is fixed-length records, ``<label bytes><3072 pixel
+bytes>`` with the pixels as 1024 red, 1024 green, 1024 blue values in row-major order.
+CIFAR-10 has one label byte and the files ``cifar-10-batches-bin/data_batch_{1..5}.bin``
+and ``test_batch.bin``; CIFAR-100 has two label bytes (coarse, then fine: rsmooth uses
+the fine label, 100 classes) and ``cifar-100-binary/train.bin`` and ``test.bin``.
+
+Each dataset lives in ``<root>/cifar10/`` (``<root>/cifar100/``) as the archive
+``cifar-10-binary.tar.gz`` (read in place, nothing is extracted) or its extracted folder.
+Search order: ``data_dir``, ``$RSMOOTH_DATA``, the download cache; then the archive is
+downloaded and its published MD5 verified.  Training augmentation: random crop 32 with
+zero padding 4 + horizontal flip (p = 0.5), batched, from the caller's generator.
+Normalisation constants (in the model, SPEC.md 1/3) are those of the public checkpoints.
+"""
+from __future__ import annotations
+
+import posixpath
+import tarfile
+import warnings
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from ..errors import RsmoothError, check
+from .base import (
+    DATASETS,
+    DataIntegrityWarning,
+    DatasetInfo,
+    InMemoryDataset,
+    PathLike,
+    dataset_dirs,
+    download_root,
+)
+from .download import download_file, md5_file
+from .transforms import random_crop_flip
+
+__all__ = ["CIFAR10", "CIFAR100", "CifarLayout", "LAYOUTS", "parse_cifar_records", "PADDING"]
+
+#: Zero padding of the training crop (32 + 2 * 4 = 40, cropped back to 32).
+PADDING = 4
+_PIXELS = 3 * 32 * 32
+
+
+@dataclass(frozen=True)
+class CifarLayout:
+    """Where a CIFAR binary release lives and how its records look."""
+
+    urls: Tuple[str, ...]
+    archive: str
+    md5: str
+    size: int
+    folder: str
+    files: Dict[str, Tuple[str, ...]]
+    label_bytes: int
+    num_classes: int
+    counts: Dict[str, int]
+
+
+#: The official binary releases (https://www.cs.toronto.edu/~kriz/cifar.html).
+LAYOUTS: Dict[str, CifarLayout] = {
+    "cifar10": CifarLayout(
+        urls=("https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz",),
+        archive="cifar-10-binary.tar.gz",
+        md5="c32a1d4ab5d03f1284b67883e8d87530",
+        size=170052171,
+        folder="cifar-10-batches-bin",
+        files={"train": tuple(f"data_batch_{i}.bin" for i in range(1, 6)), "test": ("test_batch.bin",)},
+        label_bytes=1,
+        num_classes=10,
+        counts={"train": 50000, "test": 10000},
+    ),
+    "cifar100": CifarLayout(
+        urls=("https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz",),
+        archive="cifar-100-binary.tar.gz",
+        md5="03b5dce01913d631647c71ecec9e9cb8",
+        size=168513733,
+        folder="cifar-100-binary",
+        files={"train": ("train.bin",), "test": ("test.bin",)},
+        label_bytes=2,
+        num_classes=100,
+        counts={"train": 50000, "test": 10000},
+    ),
+}
+
+
+def parse_cifar_records(
+    raw: bytes, label_bytes: int, num_classes: int, source: str
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Parse binary CIFAR records into ``(images uint8 [N,3,32,32], labels int64 [N])``.
+
+    The label is the last label byte of each record (CIFAR-100: the fine label).
+    """
+    record = label_bytes + _PIXELS
+    check(
+        len(raw) > 0 and len(raw) % record == 0,
+        f"{source} is corrupt or truncated: {len(raw)} bytes is not a whole number of "
+        f"{record}-byte records",
+    )
+    table = np.frombuffer(raw, dtype=np.uint8).reshape(-1, record)
+    labels = table[:, label_bytes - 1].astype(np.int64)
+    bad = labels >= num_classes
+    check(not bad.any(), f"{source} is corrupt: label {int(labels[bad][0]) if bad.any() else 0} >= {num_classes}")
+    if label_bytes == 2:
+        coarse = table[:, 0]
+        check(bool((coarse < 20).all()), f"{source} is corrupt: coarse label >= 20")
+    images = table[:, label_bytes:].reshape(-1, 3, 32, 32).copy()
+    return images, labels
+
+
+def _read_folder(folder: Path, names: Sequence[str]) -> List[Tuple[str, bytes]]:
+    out = []
+    for name in names:
+        path = folder / name
+        try:
+            out.append((str(path), path.read_bytes()))
+        except OSError as e:
+            raise RsmoothError(f"cannot read {path}: {e}") from None
+    return out
+
+
+def _read_archive(path: Path, folder: str, names: Sequence[str]) -> List[Tuple[str, bytes]]:
+    wanted = {f"{folder}/{name}": name for name in names}
+    found: Dict[str, bytes] = {}
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for member in tar:
+                key = posixpath.normpath(member.name)
+                if key in wanted and member.isfile():
+                    handle = tar.extractfile(member)
+                    assert handle is not None
+                    found[key] = handle.read()
+                    if len(found) == len(wanted):
+                        break
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+        raise RsmoothError(f"{path} is not a readable tar.gz archive (corrupt or truncated: {e})") from None
+    missing = [key for key in wanted if key not in found]
+    check(not missing, f"{path} lacks {', '.join(missing)}; is it the binary version of the dataset?")
+    return [(f"{path}:{key}", found[key]) for key in wanted]
+
+
+class _Cifar(InMemoryDataset):
+    """Common reader of the CIFAR binary releases; subclasses set ``info``."""
+
+    @classmethod
+    def _layout(cls) -> CifarLayout:
+        return LAYOUTS[cls.info.name]
+
+    @classmethod
+    def _load_parts(
+        cls, split: str, data_dir: Optional[PathLike], download: bool
+    ) -> Tuple[List[Tuple[str, bytes]], str]:
+        name, layout = cls.info.name, cls._layout()
+        names = layout.files[split]
+        searched = dataset_dirs(name, data_dir)
+        for d in searched:
+            for folder in (d / layout.folder, d):
+                if all((folder / n).is_file() for n in names):
+                    return _read_folder(folder, names), str(folder)
+            archive = d / layout.archive
+            if archive.is_file():
+                md5 = md5_file(archive)
+                if md5 != layout.md5:
+                    warnings.warn(
+                        f"{archive} does not match the published {layout.archive} (MD5 {md5}, "
+                        f"expected {layout.md5}); using it anyway",
+                        DataIntegrityWarning,
+                        stacklevel=4,
+                    )
+                return _read_archive(archive, layout.folder, names), str(archive)
+        target = download_root(data_dir) / name / layout.archive
+        manual = f"download {layout.urls[0]} (MD5 {layout.md5}) to {target}"
+        if not download:
+            raise RsmoothError(
+                f"{name}/{split} not found (looked in {', '.join(map(str, searched))}); "
+                f"allow downloading or {manual}"
+            )
+        try:
+            download_file(layout.urls, target, layout.md5, size_hint=layout.size)
+        except RsmoothError as e:
+            raise RsmoothError(f"{e}; to install {name} by hand, {manual}") from None
+        return _read_archive(target, layout.folder, names), str(target)
+
+    @classmethod
+    def load(cls, split: str, data_dir: Optional[PathLike] = None, download: bool = True) -> "_Cifar":
+        layout = cls._layout()
+        parts, source = cls._load_parts(split, data_dir, download)
+        images, labels = [], []
+        for where, raw in parts:
+            x, y = parse_cifar_records(raw, layout.label_bytes, layout.num_classes, where)
+            images.append(x)
+            labels.append(y)
+        x = torch.from_numpy(np.concatenate(images))
+        y = torch.from_numpy(np.concatenate(labels))
+        expected = layout.counts[split]
+        if len(y) != expected:
+            warnings.warn(
+                f"{source}: {cls.info.name}/{split} has {len(y)} images, the official split has {expected}",
+                DataIntegrityWarning,
+                stacklevel=3,
+            )
+        return cls(split, x, y, source=source)
+
+    def augment_batch(
+        self, images: torch.Tensor, generator: Optional[torch.Generator] = None
+    ) -> torch.Tensor:
+        """Random crop 32 with zero padding 4, then horizontal flip with p = 0.5."""
+        return random_crop_flip(images, PADDING, generator)
+
+
+@DATASETS.register("cifar10")
+class CIFAR10(_Cifar):
+    """CIFAR-10: 50,000 / 10,000 colour images, 3x32x32, 10 classes."""
+
+    info = DatasetInfo("cifar10", 10, (3, 32, 32), (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
+
+
+@DATASETS.register("cifar100")
+class CIFAR100(_Cifar):
+    """CIFAR-100: 50,000 / 10,000 colour images, 3x32x32, 100 fine classes."""
+
+    info = DatasetInfo("cifar100", 100, (3, 32, 32), (0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761))

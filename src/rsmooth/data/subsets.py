@@ -1,0 +1,36 @@
+"""Which test examples to certify (SPEC.md 1, "Subsets")."""
+from __future__ import annotations
+
+import operator
+from typing import List, Optional
+
+from ..errors import check
+
+
+def _as_int(value: object, name: str) -> int:
+    check(not isinstance(value, bool), f"{name} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        check(False, f"{name} must be an integer, got {value!r}")
+        raise  # unreachable
+
+
+def certify_indices(length: int, skip: int = 1, max: Optional[int] = None) -> List[int]:
+    """Indices ``0, skip, 2*skip, ...`` below ``length``, at most ``max`` of them.
+
+    Cohen et al.'s ``certify.py`` takes every ``skip``-th example and stops when the
+    *dataset index* equals ``max``, so a ``max`` that is not a multiple of ``skip``
+    never stops early (SPEC.md 1).  Here ``max`` counts certified examples: every 20th
+    CIFAR-10 test image with ``max=500`` is indices 0, 20, ..., 9980.
+    """
+    length = _as_int(length, "length")
+    skip = _as_int(skip, "skip")
+    check(length >= 0, f"length must be >= 0, got {length}")
+    check(skip >= 1, f"skip must be >= 1, got {skip}")
+    indices = list(range(0, length, skip))
+    if max is not None:
+        max = _as_int(max, "max")
+        check(max >= 1, f"max must be >= 1 (the number of examples to certify), got {max}")
+        indices = indices[:max]
+    return indices

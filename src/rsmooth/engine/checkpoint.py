@@ -1,0 +1,160 @@
+"""Checkpoints: written atomically, read without unpickling arbitrary objects.
+
+An rsmooth checkpoint is a dict of tensors and plain Python values (``torch.load(...,
+weights_only=True)`` reads it): the model's ``state_dict`` (normalisation statistics included,
+SPEC.md 1), optimiser, scheduler, epoch, RNG state, the resolved config, seed and versions.
+Public checkpoints of Cohen/Salman/Jeong/MACER (SPEC.md 3) load too, given the dataset.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Optional, Union
+
+import torch
+from torch import nn
+
+from .. import __version__
+from ..errors import RsmoothError
+
+FORMAT = "rsmooth-checkpoint"
+CHECKPOINT_NAME = "checkpoint.pt"
+
+#: architecture names used by the public codebases -> rsmooth's
+PUBLIC_ARCHS = {"cifar_resnet20": "cifar_resnet20", "cifar_resnet110": "cifar_resnet110",
+                "resnet50": "resnet50", "imagenet_resnet50": "resnet50", "lenet": "lenet",
+                "densenet40": "densenet40", "cifar_densenet40": "densenet40"}
+
+
+def atomic_save(obj: Any, path: Union[str, Path]) -> None:
+    """``torch.save`` to a temporary file in the same folder, fsync, then ``os.replace``.
+
+    A kill at any moment leaves either the old file or the new one, never a torn file.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def resolve_checkpoint_path(path: Union[str, Path]) -> Path:
+    """A checkpoint file, or a training output folder holding ``checkpoint.pt``."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / CHECKPOINT_NAME
+    if not p.exists():
+        raise RsmoothError(f"checkpoint {p} does not exist; pass the file written by "
+                           f"'rsmooth train' (OUT/{CHECKPOINT_NAME}) or its folder")
+    return p
+
+
+def read_checkpoint(path: Union[str, Path]) -> Dict[str, Any]:
+    """Load a checkpoint dict safely (``weights_only=True``); one-line errors if unreadable."""
+    p = resolve_checkpoint_path(path)
+    try:
+        obj = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for corrupt/truncated/pickled files
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()] or [type(e).__name__]
+        reason = next((ln for ln in lines if "Unsupported global" in ln), lines[0])
+        raise RsmoothError(f"cannot read checkpoint {p}: corrupt, truncated or not a safe PyTorch "
+                           f"checkpoint ({reason[:160]})") from None
+    if not isinstance(obj, dict):
+        raise RsmoothError(f"checkpoint {p} holds a {type(obj).__name__}, not a dict of weights")
+    return obj
+
+
+def file_sha256(path: Union[str, Path], limit: Optional[int] = None) -> str:
+    """Hex sha256 of a file (recorded with results to identify the checkpoint)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def git_commit() -> Optional[str]:
+    """The git commit of the rsmooth source tree, if it is a checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except Exception:
+        return None
+
+
+def versions() -> Dict[str, str]:
+    """Versions of rsmooth, torch and Python, for run metadata."""
+    import platform
+
+    return {"rsmooth": __version__, "torch": str(torch.__version__), "python": platform.python_version()}
+
+
+@dataclass
+class LoadedModel:
+    """A model rebuilt from a checkpoint, with what the checkpoint says about it."""
+
+    model: nn.Module
+    arch: str
+    dataset: str
+    num_classes: int
+    sigma: Optional[float]
+    path: Path
+    meta: Dict[str, Any] = field(default_factory=dict)
+
+
+def load_model(path: Union[str, Path], dataset: Optional[str] = None,
+               arch: Optional[str] = None) -> LoadedModel:
+    """Rebuild the model of an rsmooth or public checkpoint (SPEC.md 3).
+
+    rsmooth checkpoints carry arch, dataset and sigma; ``dataset``/``arch`` given here must
+    agree with them (a model trained on one dataset cannot certify another).  Public
+    checkpoints need ``dataset`` (their normalisation statistics are not stored).
+    """
+    from ..models import create_model, default_arch, load_weights
+
+    ckpt = read_checkpoint(path)
+    p = resolve_checkpoint_path(path)
+    if ckpt.get("format") == FORMAT:
+        ck_arch, ck_data = ckpt["arch"], ckpt["dataset"]
+        if arch is not None and arch != ck_arch:
+            raise RsmoothError(f"checkpoint {p} holds a {ck_arch} model, not {arch}; "
+                               f"drop --arch or pass --arch {ck_arch}")
+        if dataset is not None and dataset != ck_data:
+            info_ck = ckpt.get("num_classes"), ckpt.get("input_shape")
+            from ..data import dataset_info
+
+            info = dataset_info(dataset)
+            if (info.num_classes, list(info.input_shape)) != (info_ck[0], list(info_ck[1] or [])):
+                raise RsmoothError(f"checkpoint {p} was trained on {ck_data} "
+                                   f"({info_ck[0]} classes, input {tuple(info_ck[1] or ())}), which does not "
+                                   f"match {dataset} ({info.num_classes} classes, input {info.input_shape})")
+        data_name = dataset or ck_data
+        model = create_model(ck_arch, ck_data, num_classes=ckpt.get("num_classes"))
+        load_weights(model, ckpt["state_dict"], ck_data)
+        return LoadedModel(model, ck_arch, data_name, int(ckpt["num_classes"]), ckpt.get("sigma"), p,
+                           {k: ckpt.get(k) for k in ("epoch", "method", "seed", "config", "rsmooth_version")})
+    # a public codebase's checkpoint
+    if dataset is None:
+        raise RsmoothError(f"checkpoint {p} is not an rsmooth checkpoint; pass --dataset so its "
+                           f"normalisation and class count are known")
+    name = arch or PUBLIC_ARCHS.get(str(ckpt.get("arch")), None) or default_arch(dataset)
+    model = create_model(name, dataset)
+    load_weights(model, ckpt, dataset)
+    from ..data import dataset_info
+
+    return LoadedModel(model, name, dataset, dataset_info(dataset).num_classes, None, p,
+                       {"epoch": ckpt.get("epoch"), "public_arch": ckpt.get("arch")})

@@ -1,0 +1,125 @@
+"""The method interface: a training method supplies a loss, the engine does the rest.
+
+A method is a dataclass of hyperparameters with ``loss(model, batch, ctx)``; it never steps an
+optimiser, writes a file or names a device (STYLE.md, habits 1 and 4).  The engine splits each
+loader batch into ``num_chunks`` chunks and takes one optimiser step per chunk (SPEC.md 2,
+"Chunking").
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from ..errors import RsmoothError
+from ..registry import Registry
+
+METHODS: Registry = Registry("training method")
+
+
+@dataclass
+class Batch:
+    """A training (chunk of a) batch.
+
+    x: images [B x C x H x W] in [0, 1]; y: labels [B] (int64); idx: dataset indices [B], the
+    stable example indices; extras: per-example tensors looked up by ``idx`` (e.g. CAT-RS
+    consistency targets [B x K]).
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    idx: torch.Tensor
+    extras: Dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    def chunks(self, n: int) -> List["Batch"]:
+        """Split into ``n`` consecutive chunks (the last ones may be smaller, none empty)."""
+        if n <= 1:
+            return [self]
+        pieces = [t.tensor_split(n) for t in (self.x, self.y, self.idx)]
+        extras = {k: v.tensor_split(n) for k, v in self.extras.items()}
+        out = [Batch(pieces[0][i], pieces[1][i], pieces[2][i], {k: v[i] for k, v in extras.items()})
+               for i in range(n)]
+        return [b for b in out if len(b)]
+
+
+@dataclass
+class StepContext:
+    """What a loss may depend on besides the batch: randomness and the schedule.
+
+    generator: the only source of randomness for the step (on the model's device);
+    epoch: 0-based current epoch; num_epochs: total; step: 0-based optimiser step within
+    the epoch; lr_drop_epoch: first epoch at a reduced learning rate (MACER's deferred lambda),
+    or None.
+    """
+
+    generator: torch.Generator
+    epoch: int = 0
+    num_epochs: int = 1
+    step: int = 0
+    lr_drop_epoch: Optional[int] = None
+
+    def warmup(self, epochs: int) -> float:
+        """Linear warm-up factor in (0, 1]: min(1, (epoch + 1) / epochs); 1 if epochs <= 0."""
+        return 1.0 if epochs <= 0 else min(1.0, (self.epoch + 1) / epochs)
+
+
+@dataclass
+class Method:
+    """Base class: hyperparameters as dataclass fields, documented by ``metadata["help"]``."""
+
+    sigma: float = field(default=0.25, metadata={"help": "training noise level (std, [0,1] pixel units)"})
+
+    name: ClassVar[str] = ""
+    #: per-example extras the method needs from the engine, e.g. ("targets",) for CAT-RS
+    requires: ClassVar[Tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        if not (self.sigma > 0):
+            raise RsmoothError(f"sigma must be > 0 (noise std in [0,1] pixel units), got {self.sigma}")
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise RsmoothError for bad hyperparameters (override)."""
+
+    @property
+    def num_chunks(self) -> int:
+        """Optimiser steps per loader batch (SPEC.md 2, "Chunking"); 1 unless chunked."""
+        return 1
+
+    def loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+        """Return (scalar loss to minimise, dict of scalar statistics for the log).
+
+        Statistics are 0-dim tensors (detached by the engine, averaged over the epoch) so
+        that no step waits for the device.
+        """
+        raise NotImplementedError
+
+    def noise_like(self, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
+        """Gaussian noise N(0, sigma^2 I) shaped like ``x``, drawn from ``ctx.generator``."""
+        return torch.randn(x.shape, generator=ctx.generator, device=x.device, dtype=x.dtype).mul_(self.sigma)
+
+    def hparams(self) -> Dict[str, Any]:
+        """The hyperparameters as a plain dict (recorded in checkpoints and logs)."""
+        return dataclasses.asdict(self)
+
+
+def hyperparameters(cls: type) -> List[dataclasses.Field]:
+    """The dataclass fields of a method class, for building CLI flags."""
+    return [f for f in dataclasses.fields(cls) if f.init]
+
+
+def create_method(name: str, **hparams: Any) -> Method:
+    """Instantiate a registered method; unknown hyperparameters are an error."""
+    cls = METHODS.get(name)
+    known = {f.name for f in hyperparameters(cls)}
+    unknown = sorted(set(hparams) - known)
+    if unknown:
+        raise RsmoothError(f"method {name!r} has no hyperparameter {', '.join(unknown)}; "
+                           f"it takes: {', '.join(sorted(known))}")
+    return cls(**hparams)

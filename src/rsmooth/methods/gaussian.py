@@ -1,0 +1,33 @@
+"""Gaussian data augmentation (Cohen et al. 2019; papers/001 eq. 5; SPEC.md 2)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .base import METHODS, Batch, Method, StepContext
+
+
+def gaussian_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy CE(F(x + delta), y) over one noisy copy per image.
+
+    papers/001 eq. 5 (Cohen et al. 2019's training objective).  logits: [B x K] of the noisy
+    inputs; y: [B] labels.
+    """
+    return F.cross_entropy(logits, y)
+
+
+@METHODS.register("gaussian")
+@dataclass
+class Gaussian(Method):
+    """Train on x + delta, delta ~ N(0, sigma^2 I), one noise per image, one step per batch."""
+
+    name = "gaussian"
+
+    def loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+        logits = model(batch.x + self.noise_like(batch.x, ctx))
+        loss = gaussian_loss(logits, batch.y)
+        return loss, {"acc_noisy": (logits.argmax(1) == batch.y).float().mean()}

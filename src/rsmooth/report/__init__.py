@@ -1,0 +1,20 @@
+"""Tables (markdown/latex/csv/json) and plots of certify results, in the papers' layout.
+
+Built on the pure metrics of :mod:`rsmooth.metrics`; matplotlib is imported only
+when a plot is drawn.  ``rsmooth analyze`` prints :func:`analyze`'s text.
+"""
+from .plots import plot_certified_accuracy
+from .summary import FileSummary, analyze, parse_radii, summarize, to_json
+from .tables import TABLE_FORMATS, TableFormat, format_table
+
+__all__ = [
+    "FileSummary",
+    "summarize",
+    "format_table",
+    "to_json",
+    "plot_certified_accuracy",
+    "analyze",
+    "parse_radii",
+    "TableFormat",
+    "TABLE_FORMATS",
+]

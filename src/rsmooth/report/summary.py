@@ -1,0 +1,186 @@
+"""Summaries of certify TSVs: ACR and certified accuracy per file, JSON, and ``analyze``.
+
+The numbers are the papers' table entries (papers/001 Tables 1-2, papers/004 Table 1,
+``shared/reference/paper_results.tsv``): ACR and approximate certified accuracy at
+radii 0, 0.25, ... over all certified examples (:mod:`rsmooth.metrics`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from ..errors import RsmoothError
+from ..metrics import acr, certified_accuracy, default_radii, read_certify_tsv, read_sidecar
+from ..metrics.certify_io import CertifyResult
+
+PathLike = Union[str, "os.PathLike[str]"]
+Radii = Union[Sequence[float], np.ndarray, str, None]
+
+
+@dataclass
+class FileSummary:
+    """ACR and certified accuracy of one certify TSV.
+
+    ``certified_accuracy`` maps radius (float) -> fraction in [0, 1];
+    ``sigma`` and ``meta`` come from the sidecar JSON when there is one;
+    ``result`` holds the rows (used to plot on a fine radius grid).
+    """
+
+    path: str
+    label: str
+    n: int
+    acr: float
+    certified_accuracy: Dict[float, float]
+    sigma: Optional[float] = None
+    meta: Optional[dict] = field(default=None, repr=False)
+    result: Optional[CertifyResult] = field(default=None, repr=False, compare=False)
+
+
+def parse_radii(text: str) -> List[float]:
+    """Radii from the command line: ``"0,0.5,1"`` / ``"0 0.5 1"``, or ``"start:stop:step"``
+    (``stop`` included when it is a multiple of ``step``)."""
+    text = text.strip()
+    try:
+        if ":" in text:
+            parts = [float(p) for p in text.split(":")]
+            if len(parts) != 3:
+                raise ValueError
+            start, stop, step = parts
+            if not (step > 0 and stop >= start):
+                raise RsmoothError(f"radii {text!r}: need step > 0 and stop >= start")
+            k = int(math.floor((stop - start) / step * (1 + 1e-12) + 1e-12))
+            return [round(start + i * step, 12) for i in range(k + 1)]
+        values = [float(p) for p in text.replace(",", " ").split()]
+    except ValueError:
+        raise RsmoothError(f"radii {text!r}: expected numbers like '0,0.25,0.5' "
+                           f"or 'start:stop:step' like '0:2:0.25'") from None
+    if not values:
+        raise RsmoothError("radii: empty list")
+    return values
+
+
+def _resolve_radii(radii: Radii) -> Optional[List[float]]:
+    if radii is None:
+        return None
+    if isinstance(radii, str):
+        values = parse_radii(radii)
+    else:
+        values = [float(r) for r in np.atleast_1d(np.asarray(radii, dtype=np.float64))]
+    if not values:
+        raise RsmoothError("radii: empty list")
+    if not all(math.isfinite(r) for r in values):
+        raise RsmoothError(f"radii must be finite numbers, got {values}")
+    return values
+
+
+def _default_labels(paths: Sequence[Path]) -> List[str]:
+    """File stems; where stems collide, add parent folders until the labels differ."""
+    parts = [p.with_suffix("").parts if p.suffix else p.parts for p in paths]
+    depth = [1] * len(paths)
+    while True:
+        labels = ["/".join(pt[-d:]) for pt, d in zip(parts, depth)]
+        clash = [i for i, lab in enumerate(labels)
+                 if labels.count(lab) > 1 and depth[i] < len(parts[i])]
+        if not clash:
+            return labels
+        for i in clash:
+            depth[i] += 1
+
+
+def _check_labels(labels: Optional[Sequence[str]], n_files: int) -> Optional[List[str]]:
+    if labels is None:
+        return None
+    labels = [str(lab) for lab in labels]
+    if len(labels) != n_files:
+        raise RsmoothError(f"got {len(labels)} labels for {n_files} result files; "
+                           f"give one label per file")
+    return labels
+
+
+def _sigma_from_meta(meta: Optional[dict]) -> Optional[float]:
+    if not meta:
+        return None
+    for source in (meta, meta.get("config") if isinstance(meta.get("config"), dict) else {}):
+        value = source.get("sigma")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def summarize(paths: Sequence[PathLike], radii: Radii = None,
+              labels: Optional[Sequence[str]] = None) -> List[FileSummary]:
+    """Read certify TSVs and compute ACR and certified accuracy for each.
+
+    Args:
+        paths: one or more certify TSVs (rsmooth's or the public codebases').
+        radii: radii for the certified accuracy; default ``0, 0.25, ...`` up to the
+            largest radius over all files (:func:`rsmooth.metrics.default_radii`).
+        labels: one display label per file; default the file stems.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise RsmoothError("no result files given")
+    labels = _check_labels(labels, len(paths)) or _default_labels(paths)
+    results = []
+    for p in paths:
+        res = read_certify_tsv(p)
+        if res.n == 0:
+            raise RsmoothError(f"{p}: no certified examples (header only)")
+        results.append(res)
+    values = _resolve_radii(radii)
+    if values is None:
+        max_radius = max(float(res.radius.max()) for res in results)
+        values = [float(r) for r in default_radii(max_radius)]
+    summaries = []
+    for p, label, res in zip(paths, labels, results):
+        meta = read_sidecar(p)
+        acc = certified_accuracy(res.radius, res.correct, values)
+        summaries.append(FileSummary(
+            path=str(p), label=label, n=res.n, acr=acr(res.radius, res.correct),
+            certified_accuracy={float(r): float(a) for r, a in zip(values, acc)},
+            sigma=_sigma_from_meta(meta), meta=meta, result=res))
+    return summaries
+
+
+def to_json(summaries: Sequence[FileSummary]) -> dict:
+    """``{"files": [{"path", "n", "acr", "certified_accuracy": {"<radius>": fraction},
+    "label", "sigma"}]}``; radius keys are ``str(float(r))`` (``"0.5"``), fractions in [0, 1]."""
+    return {"files": [
+        {
+            "path": s.path,
+            "n": int(s.n),
+            "acr": float(s.acr),
+            "certified_accuracy": {str(float(r)): float(a)
+                                   for r, a in s.certified_accuracy.items()},
+            "label": s.label,
+            "sigma": s.sigma,
+        }
+        for s in summaries
+    ]}
+
+
+def analyze(paths: Sequence[PathLike], radii: Radii = None, fmt: str = "markdown",
+            labels: Optional[Sequence[str]] = None, plot: Optional[PathLike] = None,
+            as_json: bool = False) -> str:
+    """What ``rsmooth analyze`` prints: a table (``fmt`` markdown|latex|csv) or, with
+    ``as_json``, the JSON of :func:`to_json`; writes the certified-accuracy plot to
+    ``plot`` (a PNG path) when given."""
+    from .tables import check_format, format_table  # local: avoid an import cycle
+
+    if not as_json:
+        check_format(fmt)
+    summaries = summarize(paths, radii=radii, labels=labels)
+    if plot is not None:
+        from .plots import plot_certified_accuracy
+        plot_certified_accuracy(summaries, plot)
+    if as_json:
+        return json.dumps(to_json(summaries), indent=2)
+    return format_table(summaries, fmt=fmt)

@@ -1,0 +1,145 @@
+"""Tables in the papers' layout (papers/001 Tables 1-2, papers/004 Table 1).
+
+One row per result file; columns ``model | [sigma] | n | ACR | 0.00 | 0.25 | ...``:
+ACR with 3 decimals, certified accuracy in % with one decimal.  The ``sigma``
+column appears only when a sidecar JSON gave sigma for at least one file.
+"""
+from __future__ import annotations
+
+import csv
+import enum
+import io
+import math
+from typing import List, Sequence
+
+
+from ..errors import RsmoothError
+from ..metrics import certified_accuracy
+from .summary import FileSummary, Radii, _resolve_radii
+
+
+class TableFormat(str, enum.Enum):
+    """Output formats of :func:`format_table` (feeds the CLI's ``choices=``)."""
+
+    MARKDOWN = "markdown"
+    LATEX = "latex"
+    CSV = "csv"
+
+
+TABLE_FORMATS = tuple(f.value for f in TableFormat)
+
+
+def check_format(fmt: str) -> TableFormat:
+    """``fmt`` as a :class:`TableFormat`; RsmoothError listing the choices otherwise."""
+    try:
+        return TableFormat(fmt.value if isinstance(fmt, TableFormat) else str(fmt).lower())
+    except ValueError:
+        raise RsmoothError(f"unknown table format {fmt!r}; choose one of "
+                           f"{', '.join(TABLE_FORMATS)}") from None
+
+
+def _radius_header(r: float) -> str:
+    """``0.25`` -> ``"0.25"``, ``1`` -> ``"1.00"``; more digits only where needed."""
+    s = f"{r:.2f}"
+    return s if float(s) == r else f"{r:g}"
+
+
+def _accuracy_at(s: FileSummary, radii: Sequence[float]) -> List[float]:
+    missing = [r for r in radii if float(r) not in s.certified_accuracy]
+    if missing and s.result is None:
+        raise RsmoothError(f"{s.path}: no certified accuracy at radius {missing[0]} "
+                           f"(summarize with these radii)")
+    if missing:
+        acc = certified_accuracy(s.result.radius, s.result.correct, radii)
+        return [float(a) for a in acc]
+    return [s.certified_accuracy[float(r)] for r in radii]
+
+
+def _table_radii(summaries: Sequence[FileSummary], radii: Radii) -> List[float]:
+    values = _resolve_radii(radii)
+    if values is not None:
+        return values
+    seen = {}
+    for s in summaries:
+        for r in s.certified_accuracy:
+            seen.setdefault(float(r), None)
+    return list(seen)
+
+
+def _latex_escape(text: str) -> str:
+    repl = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+            "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+            "^": r"\textasciicircum{}"}
+    return "".join(repl.get(ch, ch) for ch in text)
+
+
+def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
+                 fmt: str = "markdown") -> str:
+    """Render summaries as a markdown, LaTeX (booktabs) or CSV table.
+
+    Rows are the result files (their labels), columns ``ACR`` then certified accuracy
+    (%) at each radius; ``radii`` defaults to the radii the summaries were computed at.
+    LaTeX bolds the best value of each ACR/accuracy column (ties all bold; not for a
+    single row or a best value of 0).
+    """
+    fmt = check_format(fmt)
+    if not summaries:
+        raise RsmoothError("no summaries to tabulate")
+    radii = _table_radii(summaries, radii)
+    with_sigma = any(s.sigma is not None for s in summaries)
+
+    head = ["model"] + (["sigma"] if with_sigma else []) + ["n", "ACR"]
+    head += [_radius_header(r) for r in radii]
+    n_fixed = len(head) - len(radii) - 1  # columns before ACR: model, [sigma], n
+    rows: List[List[str]] = []
+    for s in summaries:
+        row = [s.label]
+        if with_sigma:
+            row.append("" if s.sigma is None else f"{s.sigma:.2f}")
+        row += [str(int(s.n)), f"{s.acr:.3f}"]
+        row += [f"{100.0 * a:.1f}" for a in _accuracy_at(s, radii)]
+        rows.append(row)
+
+    if fmt is TableFormat.CSV:
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(head)
+        writer.writerows(rows)
+        return buf.getvalue().rstrip("\n")
+
+    if fmt is TableFormat.MARKDOWN:
+        align = ["---"] + ["---:"] * (len(head) - 1)
+        lines = ["| " + " | ".join(r) + " |" for r in (head, align, *rows)]
+        return "\n".join(lines)
+
+    # LaTeX with booktabs; bold the best (displayed) value of each metric column.
+    body = [[_latex_escape(row[0])] + row[1:] for row in rows]
+    if len(rows) > 1:
+        for col in range(n_fixed, len(head)):
+            values = [float(row[col]) for row in rows]
+            best = max(values)
+            if best > 0 and not math.isnan(best):
+                for row, v in zip(body, values):
+                    if v == best:
+                        row[col] = rf"\textbf{{{row[col]}}}"
+    n_acc = len(radii)
+    first_acc = n_fixed + 2  # 1-based LaTeX column of the first radius
+    cols = "l" + "r" * (len(head) - 1)
+    head_tex = ["model"] + (["$\\sigma$"] if with_sigma else []) + ["$n$", "ACR"]
+    head_tex += [_radius_header(r) for r in radii]
+    lines = [
+        rf"\begin{{tabular}}{{{cols}}}",
+        r"\toprule",
+        " & " * (n_fixed + 1)
+        + rf"\multicolumn{{{n_acc}}}{{c}}{{certified accuracy (\%) at $r$}} \\",
+        rf"\cmidrule(lr){{{first_acc}-{first_acc + n_acc - 1}}}",
+        " & ".join(head_tex) + r" \\",
+        r"\midrule",
+        *(" & ".join(row) + r" \\" for row in body),
+        r"\bottomrule",
+        r"\end{tabular}",
+    ]
+    return "\n".join(lines)
+
+
+__all__ = ["TableFormat", "TABLE_FORMATS", "check_format", "format_table"]

@@ -1,0 +1,139 @@
+"""The training loop: bit-identical resume, chunking, checkpoints and their errors."""
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from rsmooth import RsmoothError
+from rsmooth.engine import TrainConfig, load_model, read_checkpoint, train
+from rsmooth.engine.checkpoint import atomic_save
+from rsmooth.methods import METHODS, Batch, Method, StepContext, create_method
+from rsmooth.methods.gaussian import gaussian_loss
+
+QUIET = dict(progress=False, log=lambda s: None)
+
+
+def _config(**kw):
+    base = dict(dataset="digits", epochs=3, batch_size=128, lr=0.05, lr_step=2, seed=3,
+                hparams={"sigma": 0.25})
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_resume_after_kill_is_bit_identical(tmp_path):
+    full = train(_config(), tmp_path / "full", **QUIET)
+    train(_config(), tmp_path / "part", stop_after_epoch=1, **QUIET)
+    assert read_checkpoint(tmp_path / "part")["epoch"] == 1
+    resumed = train(_config(), tmp_path / "part", resume=True, **QUIET)
+    a, b = full.model.state_dict(), resumed.model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert [h["loss"] for h in full.history] == [h["loss"] for h in resumed.history]
+    ck = read_checkpoint(tmp_path / "part" / "checkpoint.pt")
+    for key in ("state_dict", "optimizer", "scheduler", "epoch", "rng", "config", "seed",
+                "rsmooth_version", "data_fingerprint", "sigma", "arch", "dataset"):
+        assert key in ck
+    assert ck["scheduler"]["last_epoch"] == 3 and ck["optimizer"]["param_groups"][0]["lr"] == pytest.approx(0.005)
+
+
+def test_learning_and_log(tmp_path):
+    res = train(_config(epochs=4, lr_step=50), tmp_path, **QUIET)
+    assert res.history[-1]["test_acc"] > 0.6  # chance is 0.1
+    lines = (tmp_path / "train.log").read_text().splitlines()
+    assert len(lines) == 4 and (tmp_path / "config.json").exists()
+
+
+def test_existing_checkpoint_needs_resume_and_same_settings(tmp_path):
+    train(_config(epochs=1), tmp_path, **QUIET)
+    with pytest.raises(RsmoothError, match="already exists; pass --resume"):
+        train(_config(epochs=1), tmp_path, **QUIET)
+    with pytest.raises(RsmoothError, match="cannot resume .* lr=0.05"):
+        train(_config(epochs=2, lr=0.1), tmp_path, resume=True, **QUIET)
+    # more epochs is fine
+    assert len(train(_config(epochs=2), tmp_path, resume=True, **QUIET).history) == 2
+
+
+@METHODS.register("_test_chunked")
+@dataclass
+class _Chunked(Method):
+    """A Gaussian loss taking one optimiser step per chunk of 4, recording what it saw."""
+
+    name = "_test_chunked"
+    seen = []
+
+    @property
+    def num_chunks(self):
+        return 4
+
+    def loss(self, model, batch: Batch, ctx: StepContext):
+        type(self).seen.append((len(batch), ctx.epoch, ctx.step, batch.idx.clone()))
+        return gaussian_loss(model(batch.x + self.noise_like(batch.x, ctx)), batch.y), {}
+
+
+def test_chunking_one_step_per_chunk(tmp_path):
+    _Chunked.seen.clear()
+    train(_config(epochs=1, method="_test_chunked", batch_size=100), tmp_path, **QUIET)
+    sizes = [s[0] for s in _Chunked.seen]
+    assert sizes[:4] == [25, 25, 25, 25] and sum(sizes) == 1437
+    assert [s[2] for s in _Chunked.seen] == list(range(len(sizes)))  # one step each
+    idx = torch.cat([s[3] for s in _Chunked.seen])
+    assert sorted(idx.tolist()) == list(range(1437))  # every example once per epoch
+
+
+def test_load_model_and_checkpoint_errors(tmp_path):
+    train(_config(epochs=1), tmp_path, **QUIET)
+    loaded = load_model(tmp_path)
+    assert loaded.dataset == "digits" and loaded.sigma == 0.25 and loaded.num_classes == 10
+    with pytest.raises(RsmoothError, match="does not exist"):
+        load_model(tmp_path / "nope.pt")
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(RsmoothError, match="cannot read checkpoint"):
+        load_model(bad)
+    truncated = tmp_path / "trunc.pt"
+    truncated.write_bytes((tmp_path / "checkpoint.pt").read_bytes()[:5000])
+    with pytest.raises(RsmoothError, match="cannot read checkpoint"):
+        load_model(truncated)
+    with pytest.raises(RsmoothError, match="holds a digits_cnn model, not lenet"):
+        load_model(tmp_path, arch="lenet")
+    with pytest.raises(RsmoothError, match="was trained on digits"):
+        load_model(tmp_path, dataset="cifar10")
+
+
+class _Evil:
+    def __reduce__(self):
+        return (print, ("pwned",))
+
+
+def test_pickled_objects_are_refused(tmp_path):
+    p = tmp_path / "evil.pt"
+    torch.save({"format": "x", "obj": _Evil()}, p)
+    with pytest.raises(RsmoothError, match="not a safe PyTorch checkpoint"):
+        read_checkpoint(p)
+
+
+def test_atomic_save_leaves_old_file_on_failure(tmp_path):
+    p = tmp_path / "c.pt"
+    atomic_save({"a": torch.ones(2)}, p)
+    with pytest.raises(Exception):
+        atomic_save({"a": lambda: 0}, p)  # unpicklable
+    assert torch.equal(torch.load(p, weights_only=True)["a"], torch.ones(2))
+    assert [f.name for f in tmp_path.iterdir()] == ["c.pt"]
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(epochs=0), "--epochs must be >= 1"),
+    (dict(lr=-1.0), "--lr must be > 0"),
+    (dict(hparams={"sigma": 0.0}), "sigma must be > 0"),
+    (dict(hparams={"sigma": 0.25, "lbd": 1.0}), "has no hyperparameter lbd"),
+    (dict(dataset="nope"), "unknown dataset 'nope'"),
+    (dict(method="nope"), "unknown training method 'nope'"),
+    (dict(arch="nope"), "unknown model 'nope'"),
+])
+def test_config_errors(tmp_path, kw, match):
+    with pytest.raises(RsmoothError, match=match):
+        train(_config(**kw), tmp_path, **QUIET)
+
+
+def test_create_method_registry():
+    assert "gaussian" in METHODS.names()
+    assert create_method("gaussian", sigma=0.5).sigma == 0.5

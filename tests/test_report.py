@@ -1,0 +1,169 @@
+"""Summaries, tables (markdown/latex/csv), JSON, plot and analyze()."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rsmooth.errors import RsmoothError
+from rsmooth.metrics import CertifyWriter, write_sidecar
+from rsmooth.report import (
+    FileSummary,
+    analyze,
+    format_table,
+    plot_certified_accuracy,
+    summarize,
+    to_json,
+)
+from rsmooth.report.summary import parse_radii
+
+# two small result files with hand-checkable numbers
+# a: radii of correct examples 0.1, 0.3, 0.6, 1.2; one wrong, one abstention; n = 6
+A = [(0, 1, 1, 0.1, 1), (1, 1, 1, 0.3, 1), (2, 2, 2, 0.6, 1), (3, 2, 2, 1.2, 1),
+     (4, 3, 5, 0.9, 0), (5, 3, -1, 0.0, 0)]
+# b: radii 0.25, 0.5 correct; n = 4
+B = [(0, 1, 1, 0.25, 1), (1, 1, 1, 0.5, 1), (2, 1, 0, 0.4, 0), (3, 1, -1, 0.0, 0)]
+
+
+def _write(path, rows):
+    with CertifyWriter(path) as w:
+        for row in rows:
+            w.write(*row, 0.5)
+    return path
+
+
+@pytest.fixture
+def files(tmp_path):
+    return [_write(tmp_path / "gauss_s025.tsv", A), _write(tmp_path / "cat_rs.tsv", B)]
+
+
+def test_summarize_numbers_and_default_radii(files):
+    a, b = summarize(files)
+    assert isinstance(a, FileSummary)
+    assert (a.label, a.n, b.label, b.n) == ("gauss_s025", 6, "cat_rs", 4)
+    assert a.acr == pytest.approx((0.1 + 0.3 + 0.6 + 1.2) / 6)
+    assert b.acr == pytest.approx(0.75 / 4)
+    # max radius over all files is 1.2 (a wrong example's 0.9 does not matter) -> 0..1.0
+    assert list(a.certified_accuracy) == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert list(a.certified_accuracy.values()) == pytest.approx([4 / 6, 3 / 6, 2 / 6, 1 / 6, 1 / 6])
+    assert list(b.certified_accuracy.values()) == pytest.approx([0.5, 0.5, 0.25, 0.0, 0.0])
+    assert a.sigma is None and a.meta is None
+
+
+def test_summarize_radii_labels_and_sidecar(files):
+    write_sidecar(files[1], {"sigma": 0.5, "n": 100000})
+    a, b = summarize(files, radii=[0.3, 2.0], labels=["Gaussian", "CAT-RS"])
+    assert (a.label, b.label) == ("Gaussian", "CAT-RS")
+    assert a.certified_accuracy == pytest.approx({0.3: 3 / 6, 2.0: 0.0})  # 0.3 itself counts
+    assert (a.sigma, b.sigma, b.meta["n"]) == (None, 0.5, 100000)
+    assert summarize(files[0], radii="0:0.5:0.25")[0].certified_accuracy.keys() == {0, 0.25, 0.5}
+
+
+def test_duplicate_stems_get_parent_folders(tmp_path):
+    p1 = _write(tmp_path / "run1" / "certify.tsv", A)
+    p2 = _write(tmp_path / "run2" / "certify.tsv", B)
+    assert [s.label for s in summarize([p1, p2])] == ["run1/certify", "run2/certify"]
+
+
+def test_errors(files, tmp_path):
+    with pytest.raises(RsmoothError, match="2 labels for 1 result files"):
+        summarize(files[:1], labels=["x", "y"])
+    with pytest.raises(RsmoothError, match="labels"):
+        analyze(files, labels=["only-one"])
+    with pytest.raises(RsmoothError, match="no result files"):
+        summarize([])
+    empty = tmp_path / "empty.tsv"
+    _write(empty, [])
+    with pytest.raises(RsmoothError, match="no certified examples"):
+        summarize([empty])
+    with pytest.raises(RsmoothError, match="unknown table format 'html'"):
+        analyze(files, fmt="html")
+    with pytest.raises(RsmoothError, match="radii"):
+        parse_radii("0,abc")
+
+
+def test_markdown_table(files):
+    text = format_table(summarize(files), fmt="markdown")
+    lines = text.splitlines()
+    assert lines[0] == "| model | n | ACR | 0.00 | 0.25 | 0.50 | 0.75 | 1.00 |"
+    assert lines[1].startswith("| --- | ---: |")
+    assert lines[2] == "| gauss_s025 | 6 | 0.367 | 66.7 | 50.0 | 33.3 | 16.7 | 16.7 |"
+    assert lines[3] == "| cat_rs | 4 | 0.188 | 50.0 | 50.0 | 25.0 | 0.0 | 0.0 |"
+    assert analyze(files) == text  # markdown is the default
+
+
+def test_csv_table_and_sigma_column(files):
+    write_sidecar(files[0], {"sigma": 0.25})
+    text = analyze(files, radii=[0, 0.5], fmt="csv", labels=["Gaussian", "CAT, RS"])
+    assert text.splitlines() == [
+        "model,sigma,n,ACR,0.00,0.50",
+        "Gaussian,0.25,6,0.367,66.7,33.3",
+        '"CAT, RS",,4,0.188,50.0,25.0',
+    ]
+
+
+def test_latex_table_booktabs_and_bold_best(files):
+    text = analyze(files, radii=[0.0, 0.25, 0.5, 2.0], fmt="latex", labels=["Gauss_1", "CAT-RS"])
+    assert text.startswith(r"\begin{tabular}{lrrrrrr}")
+    for rule in (r"\toprule", r"\midrule", r"\bottomrule", r"\cmidrule(lr){4-7}"):
+        assert rule in text
+    assert r"model & $n$ & ACR & 0.00 & 0.25 & 0.50 & 2.00 \\" in text
+    # best per column bold, ties both bold, an all-zero column not bold, label escaped
+    assert (r"Gauss\_1 & 6 & \textbf{0.367} & \textbf{66.7} & \textbf{50.0} & \textbf{33.3}"
+            r" & 0.0 \\") in text
+    assert r"CAT-RS & 4 & 0.188 & 50.0 & \textbf{50.0} & 25.0 & 0.0 \\" in text
+    assert text.rstrip().endswith(r"\end{tabular}")
+
+
+def test_json_keys_exact(files):
+    out = json.loads(analyze(files, radii=[0, 0.5, 1], as_json=True))
+    assert list(out) == ["files"] and len(out["files"]) == 2
+    f = out["files"][0]
+    assert {"path", "n", "acr", "certified_accuracy"} <= set(f)
+    assert set(f) - {"path", "n", "acr", "certified_accuracy"} <= {"label", "sigma"}
+    assert f["path"] == str(files[0]) and f["n"] == 6
+    assert f["acr"] == pytest.approx(2.2 / 6)
+    assert list(f["certified_accuracy"]) == ["0.0", "0.5", "1.0"]
+    assert f["certified_accuracy"]["0.5"] == pytest.approx(2 / 6)
+    assert to_json(summarize(files, radii=[0.5]))["files"][1]["certified_accuracy"] == {"0.5": 0.25}
+
+
+def test_plot_writes_png(files, tmp_path):
+    summaries = summarize(files)
+    out = plot_certified_accuracy(summaries, tmp_path / "plots" / "deep" / "acc.png",
+                                  labels=["Gaussian", "CAT-RS"])
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+    with pytest.raises(RsmoothError, match="labels"):
+        plot_certified_accuracy(summaries, tmp_path / "x.png", labels=["one"])
+    png = tmp_path / "via_analyze.png"
+    analyze(files, plot=png)
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_import_does_not_load_matplotlib():
+    code = ("import sys, rsmooth.report, rsmooth.metrics; "
+            "assert 'matplotlib' not in sys.modules, 'matplotlib imported eagerly'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_plot_steps_match_metric(files, tmp_path, monkeypatch):
+    """The drawn curve equals certified_accuracy at every radius (exact steps)."""
+    import matplotlib.axes
+
+    drawn = []
+    real_step = matplotlib.axes.Axes.step
+
+    def spy(self, x, y, *args, **kwargs):
+        drawn.append((np.asarray(x), np.asarray(y), kwargs.get("where")))
+        return real_step(self, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "step", spy)
+    plot_certified_accuracy(summarize(files[:1]), tmp_path / "p.png")
+    (x, y, where), = drawn
+    assert where == "pre" and len(x) > 500
+    for r in (0.1, 0.3, 0.6, 1.2):  # every drop point is on the grid
+        assert r in x.tolist()
+    assert y[x.tolist().index(0.6)] == pytest.approx(100 * 2 / 6)
+    assert y[-1] == 0.0
