@@ -77,23 +77,26 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Train a base classifier for randomized smoothing. Writes "
                        "OUT/checkpoint.pt after every epoch (atomically), OUT/config.json and "
                        "OUT/train.log. " + UNITS)
-    t.add_argument("--dataset", default=DEFAULT_DATASET, choices=DATASETS.names(),
+    t.add_argument("--preset", help="start from a paper's settings, e.g. fashion-mnist/gaussian/0.25 "
+                   "('rsmooth list' shows them); flags given here override it")
+    t.add_argument("--dataset", choices=DATASETS.names(),
                    help=f"training data (default: {DEFAULT_DATASET}, built in, no download)")
     t.add_argument("--arch", choices=MODELS.names(), help="architecture (default: the dataset's usual one)")
-    t.add_argument("--method", default="gaussian", choices=METHODS.names(), help="training method")
-    t.add_argument("--sigma", type=float, default=0.25,
+    t.add_argument("--method", choices=METHODS.names(), help="training method (default: gaussian)")
+    t.add_argument("--sigma", type=float,
                    help="training noise level, std in [0,1] pixel units (default: 0.25)")
     t.add_argument("--epochs", type=_integer, help="epochs (default: 150; digits 30; imagenet 90)")
-    t.add_argument("--batch-size", type=_integer, default=256, help="images per loader batch (default: 256)")
+    t.add_argument("--batch-size", type=_integer, help="images per loader batch (default: 256)")
     t.add_argument("--lr", type=float, help="initial learning rate (default: 0.01 MNIST family, 0.1 CIFAR/ImageNet, 0.05 digits)")
-    t.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default: 0.9)")
-    t.add_argument("--weight-decay", type=float, default=1e-4, help="SGD weight decay (default: 1e-4)")
-    t.add_argument("--nesterov", action="store_true", help="Nesterov momentum (SmoothMix's setting)")
+    t.add_argument("--momentum", type=float, help="SGD momentum (default: 0.9)")
+    t.add_argument("--weight-decay", type=float, help="SGD weight decay (default: 1e-4)")
+    t.add_argument("--nesterov", action=argparse.BooleanOptionalAction, default=None,
+                   help="Nesterov momentum (SmoothMix's setting; default: off)")
     t.add_argument("--lr-step", type=_integer,
                    help="multiply the lr by --lr-gamma every this many epochs (default: 50; imagenet 30; digits 20)")
     t.add_argument("--milestones", type=_integer, nargs="+", help="multistep schedule: epochs at which the lr drops")
-    t.add_argument("--lr-gamma", type=float, default=0.1, help="lr decay factor (default: 0.1)")
-    t.add_argument("--seed", type=int, default=0, help="seed of every random stream of the run (default: 0)")
+    t.add_argument("--lr-gamma", type=float, help="lr decay factor (default: 0.1)")
+    t.add_argument("--seed", type=int, help="seed of every random stream of the run (default: 0)")
     t.add_argument("--workers", type=int, default=0, help="data-loading worker processes (default: 0)")
     t.add_argument("--out", required=True, help="output folder")
     t.add_argument("--resume", action="store_true", help="continue the run in --out after a stop or kill")
@@ -166,18 +169,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_train(args: argparse.Namespace) -> None:
-    from .engine import TrainConfig, train
+#: train flags that map one-to-one onto TrainConfig fields
+_TRAIN_FIELDS = ("dataset", "arch", "method", "epochs", "batch_size", "lr", "momentum",
+                 "weight_decay", "nesterov", "lr_step", "milestones", "lr_gamma", "seed",
+                 "data_dir", "device")
 
-    hparams = {"sigma": args.sigma}
+
+def train_config_from_args(args: argparse.Namespace):
+    """Preset (if any) < flags given on the command line; unset fields keep their defaults."""
+    from .engine import TrainConfig
+    from .presets import get_preset
+
+    fields: Dict[str, Any] = {"hparams": {}}
+    if args.preset:
+        preset = get_preset(args.preset)
+        if args.method and args.method != preset.method:
+            raise RsmoothError(f"--method {args.method} conflicts with preset {preset.name}; "
+                               f"drop one of them")
+        fields = preset.train_config()
+    fields.update({k: getattr(args, k) for k in _TRAIN_FIELDS if getattr(args, k) is not None})
+    hparams = dict(fields.pop("hparams"))
+    if args.sigma is not None:
+        hparams["sigma"] = args.sigma
     hparams.update({k[3:]: v for k, v in vars(args).items() if k.startswith("hp_") and v is not None})
-    config = TrainConfig(dataset=args.dataset, arch=args.arch, method=args.method, hparams=hparams,
-                         epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                         momentum=args.momentum, weight_decay=args.weight_decay,
-                         nesterov=args.nesterov, lr_step=args.lr_step, milestones=args.milestones,
-                         lr_gamma=args.lr_gamma, seed=args.seed, data_dir=args.data_dir,
-                         device=args.device, num_workers=args.workers)
-    result = train(config, args.out, resume=args.resume)
+    return TrainConfig(**fields, hparams=hparams, num_workers=args.workers)
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from .engine import train
+
+    result = train(train_config_from_args(args), args.out, resume=args.resume)
     print(f"checkpoint: {result.checkpoint}")
 
 
@@ -211,7 +232,10 @@ def cmd_list(args: argparse.Namespace) -> None:
     from .methods import METHODS
     from .models import MODELS
 
-    for title, reg in (("datasets", DATASETS), ("architectures", MODELS), ("methods", METHODS)):
+    from .presets import PRESETS
+
+    for title, reg in (("datasets", DATASETS), ("architectures", MODELS), ("methods", METHODS),
+                       ("presets", PRESETS)):
         print(f"{title}: {', '.join(reg.names())}")
 
 
