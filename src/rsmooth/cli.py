@@ -97,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--milestones", type=_integer, nargs="+", help="multistep schedule: epochs at which the lr drops")
     t.add_argument("--lr-gamma", type=float, help="lr decay factor (default: 0.1)")
     t.add_argument("--seed", type=int, help="seed of every random stream of the run (default: 0)")
+    t.add_argument("--targets", help="per-example consistency targets file from 'rsmooth targets' (CAT-RS)")
     t.add_argument("--workers", type=int, default=0, help="data-loading worker processes (default: 0)")
     t.add_argument("--out", required=True, help="output folder")
     t.add_argument("--resume", action="store_true", help="continue the run in --out after a stop or kill")
@@ -143,6 +144,26 @@ def build_parser() -> argparse.ArgumentParser:
         _add_common_data(c)
         c.set_defaults(func=cmd_certify, mode=name)
 
+    # targets ----------------------------------------------------------------------------
+    tg = sub.add_parser("targets", help="CAT-RS consistency targets of a Gaussian-trained model",
+                        description="Vote frequencies over all classes of the smoothed classifier of a "
+                        "Gaussian-trained model for every training image (CAT-RS y_hat, papers/000 "
+                        "App. C.5): OUT (.npy, N x K) and OUT.json. Resumable: rerun to continue. " + UNITS)
+    tg.add_argument("--checkpoint", required=True, help="a Gaussian-trained model (sigma 0.25 in the papers)")
+    tg.add_argument("--dataset", choices=DATASETS.names(), help="default: the checkpoint's")
+    tg.add_argument("--num-samples", type=_integer, default=10_000, help="noises per image (papers: 10000; ImageNet 500)")
+    tg.add_argument("--sigma", type=float, help="noise level, [0,1] pixel units (default: the checkpoint's)")
+    tg.add_argument("--augment", action=argparse.BooleanOptionalAction, default=True,
+                    help="on augmented training images drawn once, as the reference code (default), "
+                    "or on the plain images (--no-augment)")
+    tg.add_argument("--batch-size", type=_integer, help="noisy samples per forward pass")
+    tg.add_argument("--seed", type=int, default=0, help="seed of the noise and augmentation")
+    tg.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="see 'certify --help'")
+    tg.add_argument("--channels-last", action="store_true", help="channels-last memory format")
+    tg.add_argument("--out", required=True, help="output .npy file")
+    _add_common_data(tg)
+    tg.set_defaults(func=cmd_targets)
+
     # analyze ----------------------------------------------------------------------------
     a = sub.add_parser("analyze", help="ACR and certified accuracy tables and plots",
                        description="Tables in the papers' layout (rows = result files, columns = ACR "
@@ -172,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 #: train flags that map one-to-one onto TrainConfig fields
 _TRAIN_FIELDS = ("dataset", "arch", "method", "epochs", "batch_size", "lr", "momentum",
                  "weight_decay", "nesterov", "lr_step", "milestones", "lr_gamma", "seed",
-                 "data_dir", "device")
+                 "data_dir", "device", "targets")
 
 
 def train_config_from_args(args: argparse.Namespace):
@@ -212,6 +233,16 @@ def cmd_certify(args: argparse.Namespace) -> None:
         precision=args.precision, channels_last=args.channels_last, compile=args.compile,
         data_dir=args.data_dir, device=args.device, overwrite=args.overwrite)
     print(f"results: {out}")
+
+
+def cmd_targets(args: argparse.Namespace) -> None:
+    from .engine.targets import compute_targets
+
+    out = compute_targets(args.checkpoint, args.out, dataset=args.dataset, num_samples=args.num_samples,
+                          sigma=args.sigma, batch_size=args.batch_size, augment=args.augment,
+                          seed=args.seed, precision=args.precision, channels_last=args.channels_last,
+                          data_dir=args.data_dir, device=args.device)
+    print(f"targets: {out}")
 
 
 def cmd_analyze(args: argparse.Namespace) -> None:

@@ -5,5 +5,8 @@ afterwards (:func:`frozen_eval`), as the reference code of SmoothAdv, SmoothMix 
 does (SPEC.md 2).
 """
 from .base import frozen_eval
+from .ddn import ddn_smoothed_input, ddn_step_sizes, smoothed_vote
+from .pgd import ascent_direction, l2_normalize, pgd_smoothed_input, project_l2, smoothed_log_prob
 
-__all__ = ["frozen_eval"]
+__all__ = ["frozen_eval", "l2_normalize", "project_l2", "smoothed_log_prob", "ascent_direction",
+           "pgd_smoothed_input", "ddn_smoothed_input", "ddn_step_sizes", "smoothed_vote"]

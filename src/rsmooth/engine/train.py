@@ -41,7 +41,7 @@ DATASET_DEFAULTS: Dict[str, Dict[str, Any]] = {
 
 #: config fields that must not change when a run is resumed
 _FIXED_ON_RESUME = ("dataset", "arch", "method", "hparams", "batch_size", "lr", "momentum",
-                    "weight_decay", "nesterov", "lr_step", "milestones", "lr_gamma", "seed")
+                    "weight_decay", "nesterov", "lr_step", "milestones", "lr_gamma", "seed", "targets")
 
 
 @dataclass
@@ -66,6 +66,7 @@ class TrainConfig:
     device: Optional[str] = None
     num_workers: int = 0
     eval_batch_size: int = 500
+    targets: Optional[str] = None  # CAT-RS consistency targets file ('rsmooth targets')
 
     def resolved(self) -> "TrainConfig":
         """Fill dataset-dependent defaults (arch, lr, epochs, lr_step) and validate."""
@@ -223,8 +224,12 @@ def train(
     train_set = get_dataset(c.dataset, "train", data_dir=c.data_dir)
     test_set = get_dataset(c.dataset, "test", data_dir=c.data_dir)
     extras = {k: v for k, v in (extras or {}).items()}
+    if c.targets:
+        from .targets import load_targets
+
+        extras["targets"] = load_targets(c.targets, train_set)
     for name in method.requires:
-        check(name in extras, f"method {c.method} needs per-example {name} (see its --help)")
+        check(name in extras, f"method {c.method} needs --{name} FILE (make it with 'rsmooth {name}')")
     for name, v in extras.items():
         check(v.shape[0] == len(train_set), f"{name} has {v.shape[0]} rows but the {c.dataset} "
               f"training set has {len(train_set)} examples")
