@@ -33,7 +33,7 @@ def _reference_loss(lc, lm, y, lam, eta, variant):
         for i in range(m):
             ce = ce - torch.log(soft[i][int(y[b])])
         p_hat = [sum(soft[i][k] for i in range(m)) / m for k in range(K)]
-        top = max(range(K), key=lambda k: float(p_hat[k]))
+        top = max(range(K), key=lambda k: float(p_hat[k].detach()))
         correct = 1.0 if top == int(y[b]) else 0.0
         target = [(1 - lam[b]) * p_hat[k] + lam[b] / K for k in range(K)]
         for i in range(m):

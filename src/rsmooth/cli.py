@@ -60,6 +60,22 @@ def _add_common_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
 
 
+def _add_method_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("method hyperparameters (each applies to the methods named in its help)")
+    for name, (f, methods) in sorted(_method_fields().items()):
+        ftype = _field_type(f)
+        flag, help_text = "--" + name.replace("_", "-"), f"{f.metadata.get('help', '')} [{', '.join(methods)}]"
+        if ftype is bool:
+            g.add_argument(flag, dest="hp_" + name, default=None, action=argparse.BooleanOptionalAction,
+                           help=help_text)
+        else:
+            g.add_argument(flag, dest="hp_" + name, type=ftype, default=None, help=help_text)
+
+
+def _method_args(args: argparse.Namespace) -> Dict[str, Any]:
+    return {k[3:]: v for k, v in vars(args).items() if k.startswith("hp_") and v is not None}
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .data import DATASETS, DEFAULT_DATASET
     from .methods import METHODS
@@ -102,16 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, help="output folder")
     t.add_argument("--resume", action="store_true", help="continue the run in --out after a stop or kill")
     _add_common_data(t)
-    g = t.add_argument_group("method hyperparameters (each applies to the methods named in its help)")
-    for name, (f, methods) in sorted(_method_fields().items()):
-        ftype = _field_type(f)
-        help_text = f"{f.metadata.get('help', '')} [{', '.join(methods)}]"
-        if ftype is bool:
-            g.add_argument("--" + name.replace("_", "-"), dest="hp_" + name, default=None,
-                           action=argparse.BooleanOptionalAction, help=help_text)
-        else:
-            g.add_argument("--" + name.replace("_", "-"), dest="hp_" + name, type=ftype, default=None,
-                           help=help_text)
+    _add_method_flags(t)
     t.set_defaults(func=cmd_train)
 
     # certify / predict ------------------------------------------------------------------
@@ -161,8 +168,40 @@ def build_parser() -> argparse.ArgumentParser:
     tg.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="see 'certify --help'")
     tg.add_argument("--channels-last", action="store_true", help="channels-last memory format")
     tg.add_argument("--out", required=True, help="output .npy file")
+    tg.add_argument("--overwrite", action="store_true", help="recompute even if --out exists")
     _add_common_data(tg)
     tg.set_defaults(func=cmd_targets)
+
+    # pipeline ---------------------------------------------------------------------------
+    pl = sub.add_parser("pipeline", help="the whole CAT-RS recipe: Gaussian -> targets -> CAT-RS -> certify -> analyze",
+                        description="Train the sigma0 = 0.25 Gaussian model, compute its consistency targets, "
+                        "train CAT-RS at --sigma, certify (beside a Gaussian baseline at --sigma under the "
+                        "same budget) and analyze. Each step is skipped when its output exists and matches, "
+                        "and continues when interrupted. " + UNITS)
+    pl.add_argument("recipe", choices=["catrs"], help="the recipe to run")
+    pl.add_argument("--dataset", default=DEFAULT_DATASET, choices=DATASETS.names())
+    pl.add_argument("--sigma", type=float, default=0.25, help="training and certification noise level")
+    pl.add_argument("--epochs", type=_integer, help="epochs of every model (default: the presets')")
+    pl.add_argument("--batch-size", type=_integer, help="batch size of every model")
+    pl.add_argument("--lr", type=float, help="initial learning rate of every model")
+    pl.add_argument("--lr-step", type=_integer, help="lr step of every model")
+    pl.add_argument("--target-samples", type=_integer, default=10_000, help="noises per training image for the targets (papers: 10000)")
+    pl.add_argument("--target-augment", action=argparse.BooleanOptionalAction, default=True,
+                    help="targets on augmented images drawn once (reference) or plain ones")
+    pl.add_argument("--n0", type=_integer, default=100)
+    pl.add_argument("--n", type=_integer, default=100_000)
+    pl.add_argument("--alpha", type=float, default=0.001)
+    pl.add_argument("--skip", type=_integer, default=1)
+    pl.add_argument("--max", type=_integer)
+    pl.add_argument("--seed", type=int, default=0)
+    pl.add_argument("--compare-gaussian", action=argparse.BooleanOptionalAction, default=True,
+                    help="also train and certify a Gaussian model at --sigma (default: yes)")
+    pl.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="certification precision")
+    pl.add_argument("--channels-last", action="store_true", help="channels-last certification")
+    pl.add_argument("--out", required=True, help="output folder")
+    _add_common_data(pl)
+    _add_method_flags(pl)
+    pl.set_defaults(func=cmd_pipeline)
 
     # analyze ----------------------------------------------------------------------------
     a = sub.add_parser("analyze", help="ACR and certified accuracy tables and plots",
@@ -212,7 +251,7 @@ def train_config_from_args(args: argparse.Namespace):
     hparams = dict(fields.pop("hparams"))
     if args.sigma is not None:
         hparams["sigma"] = args.sigma
-    hparams.update({k[3:]: v for k, v in vars(args).items() if k.startswith("hp_") and v is not None})
+    hparams.update(_method_args(args))
     return TrainConfig(**fields, hparams=hparams, num_workers=args.workers)
 
 
@@ -241,8 +280,22 @@ def cmd_targets(args: argparse.Namespace) -> None:
     out = compute_targets(args.checkpoint, args.out, dataset=args.dataset, num_samples=args.num_samples,
                           sigma=args.sigma, batch_size=args.batch_size, augment=args.augment,
                           seed=args.seed, precision=args.precision, channels_last=args.channels_last,
-                          data_dir=args.data_dir, device=args.device)
+                          data_dir=args.data_dir, device=args.device, overwrite=args.overwrite)
     print(f"targets: {out}")
+
+
+def cmd_pipeline(args: argparse.Namespace) -> None:
+    from .engine.pipeline import run_pipeline
+
+    overrides = {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
+                 "lr_step": args.lr_step, "data_dir": args.data_dir, "device": args.device}
+    print(run_pipeline(
+        args.out, method=args.recipe, dataset=args.dataset, sigma=args.sigma,
+        hparams=_method_args(args), train_overrides=overrides, target_samples=args.target_samples,
+        target_augment=args.target_augment, n0=args.n0, n=args.n, alpha=args.alpha, skip=args.skip,
+        max=args.max, seed=args.seed, compare_gaussian=args.compare_gaussian,
+        certify_options={"precision": args.precision, "channels_last": args.channels_last,
+                         "data_dir": args.data_dir, "device": args.device}))
 
 
 def cmd_analyze(args: argparse.Namespace) -> None:

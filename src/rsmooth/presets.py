@@ -3,8 +3,9 @@
 ``rsmooth train --preset fashion-mnist/smoothmix/0.50`` starts from a preset; flags given on
 the command line override it.  Each preset names the paper table it reproduces (``source``);
 where papers/001 App. B.2 and papers/000 App. C.5 disagree, a preset follows the paper whose
-table it reproduces.  Training schedule (SPEC.md 2): 150 epochs, lr step 50, weight decay
-1e-4, batch 256 (MACER 64); lr 0.01 for LeNet, 0.1 for ResNet-110.
+table it reproduces and says so in its ``note``.  The presets themselves (one row per dataset x
+method x sigma, with their training schedules) are in :mod:`rsmooth.presets_table`, registered
+when this module is imported.
 """
 from __future__ import annotations
 
@@ -47,3 +48,6 @@ def add_preset(preset: Preset) -> Preset:
 def get_preset(name: str) -> Preset:
     """The preset called ``name`` (e.g. ``"mnist/gaussian/0.25"``); unknown names list what exists."""
     return PRESETS.get(name)
+
+
+from . import presets_table  # noqa: E402,F401  (registers the paper presets)

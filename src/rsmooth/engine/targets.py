@@ -59,6 +59,7 @@ def compute_targets(
     progress: bool = True,
     log: Callable[[str], None] = print,
     stop_after_blocks: Optional[int] = None,
+    overwrite: bool = False,
 ) -> Path:
     """Compute (or continue computing) the consistency targets of ``checkpoint``'s model.
 
@@ -69,6 +70,8 @@ def compute_targets(
         num_samples: N noises per image (10,000 in papers/000; 500 for ImageNet).
         augment: targets on augmented training images, drawn once (reference) or not.
         stop_after_blocks: stop as if killed after this many blocks (tests).
+        overwrite: recompute even if ``out`` exists (otherwise a finished file with the same
+            settings is returned as is, and one with other settings is an error).
     """
     from tqdm.auto import tqdm
 
@@ -94,9 +97,15 @@ def compute_targets(
     partial, done_path = out_path.with_name(out_path.name + ".partial.npy"), out_path.with_name(out_path.name + ".done.npy")
     n, k = len(data), loaded.num_classes
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    if partial.exists() and done_path.exists() and _meta_path(out_path).exists():
-        old = json.loads(_meta_path(out_path).read_text())
-        diff = [f for f in _IDENTITY if old.get(f) != meta.get(f)]
+    old = json.loads(_meta_path(out_path).read_text()) if _meta_path(out_path).exists() else None
+    diff = [f for f in _IDENTITY if old is not None and old.get(f) != meta.get(f)]
+    if out_path.exists() and not overwrite:
+        if old is None or diff:
+            what = f"{diff[0]}={old.get(diff[0])!r}, not {meta.get(diff[0])!r}" if diff else "no metadata"
+            raise RsmoothError(f"{out_path} exists with {what}; pass --overwrite or choose another --out")
+        log(f"{out_path} is already computed")
+        return out_path
+    if partial.exists() and done_path.exists() and old is not None and not overwrite:
         if diff:
             raise RsmoothError(f"{partial} was started with {diff[0]}={old.get(diff[0])!r}, not "
                                f"{meta.get(diff[0])!r}; delete {partial} and {done_path} to start over")

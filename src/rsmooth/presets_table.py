@@ -1,0 +1,225 @@
+"""The paper presets: the settings behind each baseline row of the papers' tables (SPEC.md 2).
+
+One row per ``dataset x method x sigma`` in :data:`ROWS`; importing :mod:`rsmooth.presets`
+registers them all.  Hyperparameters are the method fields (``num_noise`` = m, ``lbd`` =
+lambda, ``num_steps`` = T, ``alpha_step`` = SmoothMix's alpha, ``mix_step`` = 1 for SmoothMix's
+"one-step adversary"; eps and step sizes in l2 [0,1]-pixel units) and come from papers/001
+App. B.2 (MNIST, CIFAR-10) and papers/000 App. C.5 (MNIST, Fashion-MNIST, CIFAR-10/100), which
+agree except where a row's note says otherwise.  ``source`` names the table a preset
+reproduces, as in ``shared/reference/paper_results.tsv`` ("papers/000 Table 3" is its
+``000:Table3``).  CAT-RS presets come with the CAT-RS method.
+
+Training schedules (:data:`SCHEDULES`): SGD, momentum 0.9, weight decay 1e-4, batch 256 (MACER
+64), no Nesterov (SPEC.md 2).  CIFAR-10/100: ResNet-110, lr 0.1, 150 epochs, x0.1 every 50 (the
+CAT-RS authors' scripts); ImageNet: ResNet-50, lr 0.1, 90 epochs, x0.1 every 30.  LeNet
+(MNIST, Fashion-MNIST): lr 0.01, **90 epochs, x0.1 every 30** -- the schedule of the models in
+the tables, not the 150 / 50 that papers/001 Sec. 4 states (that is CAT-RS's own): the MNIST
+baseline rows of papers/000 Table 3 (= papers/001 Table 1) match the 5-seed means of papers/003
+App. E Tables 4-5, whose models were trained for 90 epochs with drops at 30 and 60 (papers/003
+App. C; every MNIST command of jh-jeong/smoothmix EXPERIMENTS.MD has ``--lr_step_size 30
+--epochs 90``), and the Fashion-MNIST baseline training logs that the CAT-RS authors released
+(alinlab/smoothing-catrs ``data/fmnist/*/log.txt``) run 90 epochs with drops after epochs 30
+and 60.  papers/003 App. C and papers/004 App. A.1 say Nesterov momentum; the authors' code
+(``train_utils.prologue``) uses plain momentum, so the presets do (``--nesterov`` gives the
+text's).  Pass ``--epochs 150 --lr-step 50`` for the CAT-RS schedule.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from .presets import Preset, add_preset
+
+#: per dataset: architecture, lr and step schedule (see the module docstring)
+SCHEDULES: Dict[str, Dict[str, Any]] = {
+    "mnist": dict(arch="lenet", lr=0.01, epochs=90, lr_step=30),
+    "fashion-mnist": dict(arch="lenet", lr=0.01, epochs=90, lr_step=30),
+    "cifar10": dict(arch="cifar_resnet110", lr=0.1, epochs=150, lr_step=50),
+    "cifar100": dict(arch="cifar_resnet110", lr=0.1, epochs=150, lr_step=50),
+    "imagenet": dict(arch="resnet50", lr=0.1, epochs=90, lr_step=30),
+}
+#: every preset: SGD settings of all the authors' scripts (SPEC.md 2)
+COMMON: Dict[str, Any] = dict(batch_size=256, momentum=0.9, weight_decay=1e-4, nesterov=False)
+#: MACER's scripts default to batch 64 (RuntianZ/macer; alinlab/smoothing-catrs train_macer.py)
+BATCH_SIZE: Dict[str, int] = {"macer": 64}
+
+#: the table each dataset's presets reproduce
+TABLES: Dict[str, str] = {
+    "mnist": "papers/000 Table 3",       # = papers/001 Table 1 (same baseline rows)
+    "fashion-mnist": "papers/000 Table 4",
+    "cifar10": "papers/001 Table 2",     # the published version's CIFAR-10 table is not in papers/000
+    "cifar100": "papers/000 Table 5",    # sigma 0.25 and 0.5 only (footnote 8)
+    "imagenet": "papers/000 Table 6",    # sigma 1.0; = papers/003 App. G Table 7
+}
+
+# Settings shared by rows below (papers/001 App. B.2 / papers/000 App. C.5 unless noted):
+_SADV_LENET = dict(num_noise=4, num_steps=10, warmup=10, attack="pgd")  # "we fix T = 10 ... eps = 1.0 and m = 4"
+_SADV = dict(num_steps=10, warmup=10, attack="pgd")                     # eps, m per sigma
+_MACER = dict(num_noise=16, gamma=8.0, beta=16.0)                       # "k = 16, gamma = 8.0, beta = 16.0"
+_SMIX_LENET = dict(eta=5.0, alpha_step=1.0, num_noise=4)                # "eta = 5.0, alpha = 1.0, m = 4"
+_SMIX_CIFAR = dict(eta=5.0, num_noise=2, num_steps=4)                   # "eta = 5.0, m = 2, T = 4"
+_CONS = dict(num_noise=2, eta=0.5)                                      # m = 2 (papers/004 Sec. 4.1), entropy weight 0.5
+_EPS_255 = 255 / 256  # the reference scripts' --epsilon 255 in 1/256 units, which the papers call 1.0
+
+Row = Tuple[str, str, float, Dict[str, Any]]
+
+#: (dataset, method, sigma, hyperparameters besides sigma)
+ROWS: List[Row] = [
+    # -- MNIST (LeNet): papers/001 App. B.2 = papers/000 App. C.5 ------------------------------
+    ("mnist", "gaussian", 0.25, {}),
+    ("mnist", "gaussian", 0.50, {}),
+    ("mnist", "gaussian", 1.00, {}),
+    ("mnist", "stability", 0.25, dict(gamma=2.0)),          # "gamma = 2 for MNIST"
+    ("mnist", "stability", 0.50, dict(gamma=2.0)),
+    ("mnist", "stability", 1.00, dict(gamma=2.0)),
+    ("mnist", "smoothadv", 0.25, dict(_SADV_LENET, eps=_EPS_255)),
+    ("mnist", "smoothadv", 0.50, dict(_SADV_LENET, eps=_EPS_255)),
+    ("mnist", "smoothadv", 1.00, dict(_SADV_LENET, eps=_EPS_255)),
+    ("mnist", "macer", 0.25, dict(_MACER, lbd=16.0, deferred=True)),   # "lambda = 16.0 when sigma = 0.25, 0.5"
+    ("mnist", "macer", 0.50, dict(_MACER, lbd=16.0, deferred=True)),
+    ("mnist", "macer", 1.00, dict(_MACER, lbd=6.0, deferred=True)),    # "When sigma = 1.0 ... lambda = 6.0"
+    ("mnist", "consistency", 0.25, dict(_CONS, lbd=10.0)),  # "lambda = 10 for sigma = 0.25 and lambda = 5 for other noises"
+    ("mnist", "consistency", 0.50, dict(_CONS, lbd=5.0)),
+    ("mnist", "consistency", 1.00, dict(_CONS, lbd=5.0)),
+    ("mnist", "smoothmix", 0.25, dict(_SMIX_LENET, num_steps=2)),      # "T = 2, 4, 8 ... sigma = 0.25, 0.5, 1.0"
+    ("mnist", "smoothmix", 0.50, dict(_SMIX_LENET, num_steps=4)),
+    ("mnist", "smoothmix", 1.00, dict(_SMIX_LENET, num_steps=8)),
+    # -- Fashion-MNIST (LeNet): papers/000 App. C.5, "MNIST/Fashion-MNIST" settings --------------
+    ("fashion-mnist", "gaussian", 0.25, {}),
+    ("fashion-mnist", "gaussian", 0.50, {}),
+    ("fashion-mnist", "gaussian", 1.00, {}),
+    ("fashion-mnist", "stability", 0.25, dict(gamma=2.0)),
+    ("fashion-mnist", "stability", 0.50, dict(gamma=2.0)),
+    ("fashion-mnist", "stability", 1.00, dict(gamma=2.0)),
+    ("fashion-mnist", "smoothadv", 0.25, dict(_SADV_LENET, eps=1.0)),
+    ("fashion-mnist", "smoothadv", 0.50, dict(_SADV_LENET, eps=1.0)),
+    ("fashion-mnist", "smoothadv", 1.00, dict(_SADV_LENET, eps=1.0)),
+    ("fashion-mnist", "macer", 0.25, dict(_MACER, lbd=16.0, deferred=True)),  # MNIST's lambda ...
+    ("fashion-mnist", "macer", 0.50, dict(_MACER, lbd=8.0, deferred=True)),   # "... lambda = 8.0 and lambda = 2.0
+    ("fashion-mnist", "macer", 1.00, dict(_MACER, lbd=2.0, deferred=True)),   #  for sigma = 0.5 and sigma = 1.0"
+    ("fashion-mnist", "consistency", 0.25, dict(_CONS, lbd=10.0)),
+    ("fashion-mnist", "consistency", 0.50, dict(_CONS, lbd=5.0)),
+    ("fashion-mnist", "consistency", 1.00, dict(_CONS, lbd=5.0)),
+    ("fashion-mnist", "smoothmix", 0.25, dict(_SMIX_LENET, num_steps=2)),
+    ("fashion-mnist", "smoothmix", 0.50, dict(_SMIX_LENET, num_steps=4)),
+    ("fashion-mnist", "smoothmix", 1.00, dict(_SMIX_LENET, num_steps=8)),
+    # -- CIFAR-10 (ResNet-110): papers/001 App. B.2 ----------------------------------------------
+    ("cifar10", "gaussian", 0.25, {}),
+    ("cifar10", "gaussian", 0.50, {}),
+    ("cifar10", "gaussian", 1.00, {}),
+    ("cifar10", "stability", 0.25, dict(gamma=2.0)),        # "gamma = 2 ... sigma = 0.25, 0.5, and gamma = 1 ... 1.0"
+    ("cifar10", "stability", 0.50, dict(gamma=2.0)),
+    ("cifar10", "stability", 1.00, dict(gamma=1.0)),
+    ("cifar10", "smoothadv", 0.25, dict(_SADV, eps=_EPS_255, num_noise=4)),  # "eps = 1.0 and m = 4 for sigma = 0.25,
+    ("cifar10", "smoothadv", 0.50, dict(_SADV, eps=2.0, num_noise=2)),       #  and eps = 2.0 and m = 2 for
+    ("cifar10", "smoothadv", 1.00, dict(_SADV, eps=2.0, num_noise=2)),       #  sigma = 0.5, 1.0"
+    ("cifar10", "macer", 0.25, dict(_MACER, lbd=12.0)),     # "lambda is set to be 12.0 and 4.0 for sigma = 0.25 and 0.5"
+    ("cifar10", "macer", 0.50, dict(_MACER, lbd=4.0)),
+    ("cifar10", "macer", 1.00, dict(_MACER, lbd=12.0, deferred=True)),  # "lambda = 0 until the first lr decay, 12.0 thereafter"
+    ("cifar10", "consistency", 0.25, dict(_CONS, lbd=20.0)),  # "lambda = 20 for sigma = 0.25 and lambda = 10 for other noises"
+    ("cifar10", "consistency", 0.50, dict(_CONS, lbd=10.0)),
+    ("cifar10", "consistency", 1.00, dict(_CONS, lbd=10.0)),
+    ("cifar10", "smoothmix", 0.25, dict(_SMIX_CIFAR, alpha_step=0.5, mix_step=0)),  # "alpha = 0.5, 1.0, 2.0";
+    ("cifar10", "smoothmix", 0.50, dict(_SMIX_CIFAR, alpha_step=1.0, mix_step=1)),  # "one-step adversary is used
+    ("cifar10", "smoothmix", 1.00, dict(_SMIX_CIFAR, alpha_step=2.0, mix_step=1)),  #  for sigma = 0.5, 1.0"
+    # -- CIFAR-100 (ResNet-110): papers/000 App. C.5, "CIFAR-10/100" settings ---------------------
+    ("cifar100", "gaussian", 0.25, {}),
+    ("cifar100", "gaussian", 0.50, {}),
+    ("cifar100", "gaussian", 1.00, {}),
+    ("cifar100", "stability", 0.25, dict(gamma=2.0)),
+    ("cifar100", "stability", 0.50, dict(gamma=2.0)),
+    ("cifar100", "stability", 1.00, dict(gamma=1.0)),
+    ("cifar100", "smoothadv", 0.25, dict(_SADV, eps=1.0, num_noise=4)),  # "eps = 1.0 and m = 4 for sigma = 0.25,
+    ("cifar100", "smoothadv", 0.50, dict(_SADV, eps=1.0, num_noise=8)),  #  eps = 1.0 and m = 8 for sigma = 0.5,
+    ("cifar100", "smoothadv", 1.00, dict(_SADV, eps=2.0, num_noise=2)),  #  and eps = 2.0 and m = 2 for sigma = 1.0"
+    ("cifar100", "macer", 0.25, dict(_MACER, lbd=12.0)),
+    ("cifar100", "macer", 0.50, dict(_MACER, lbd=4.0)),
+    ("cifar100", "macer", 1.00, dict(_MACER, lbd=12.0, deferred=True)),
+    ("cifar100", "consistency", 0.25, dict(_CONS, lbd=20.0)),
+    ("cifar100", "consistency", 0.50, dict(_CONS, lbd=10.0)),
+    ("cifar100", "consistency", 1.00, dict(_CONS, lbd=10.0)),
+    ("cifar100", "smoothmix", 0.25, dict(_SMIX_CIFAR, alpha_step=0.5, mix_step=0)),
+    ("cifar100", "smoothmix", 0.50, dict(_SMIX_CIFAR, alpha_step=1.0, mix_step=1)),
+    ("cifar100", "smoothmix", 1.00, dict(_SMIX_CIFAR, alpha_step=2.0, mix_step=1)),
+    # -- ImageNet (ResNet-50), sigma 1.0: papers/000 Table 6; settings from papers/003-004 --------
+    ("imagenet", "gaussian", 1.00, {}),
+    ("imagenet", "consistency", 1.00, dict(num_noise=2, lbd=5.0, eta=0.1)),  # papers/004 Sec. 4.3, Table 2 caption
+    ("imagenet", "smoothadv", 1.00, dict(eps=2.0, num_noise=1, num_steps=1, warmup=10, attack="pgd")),  # papers/004 App. A.3 Table 1
+    ("imagenet", "smoothmix", 1.00, dict(eta=5.0, num_noise=1, num_steps=1, alpha_step=8.0,
+                                         mix_step=1, mix_eps=1.0)),  # papers/003 App. G
+]
+
+#: source override for rows outside the dataset's table
+SOURCES: Dict[Tuple[str, float], str] = {
+    ("cifar100", 1.00): "papers/000 App. C.5 (Table 5 omits sigma 1.0, footnote 8)",
+}
+
+#: notes, most specific first: (dataset, method, sigma), (dataset, method), (dataset,), (method,)
+NOTES: Dict[tuple, str] = {
+    # where the papers disagree with each other or with the code that produced the numbers
+    ("cifar10", "smoothadv", 0.50): (
+        "papers disagree: papers/001 App. B.2 (this table) uses eps 2.0, m 2 at sigma 0.5, as Salman "
+        "et al.'s best released model (papers/004 App. A.3 Table 1: 512/256, m 2); papers/000 App. C.5 "
+        "says eps 1.0, m 8 for CIFAR-10/100 sigma 0.5 (see cifar100/smoothadv/0.50)"),
+    ("cifar100", "smoothadv", 0.50): (
+        "papers disagree: papers/000 App. C.5 uses eps 1.0, m 8 at sigma 0.5 (alinlab/smoothing-catrs "
+        "EXPERIMENTS.MD: --epsilon 256 --num-noise-vec 8); papers/001 App. B.2 uses eps 2.0, m 2 for "
+        "CIFAR-10 sigma 0.5 (see cifar10/smoothadv/0.50)"),
+    ("cifar10", "smoothadv", 0.25): (
+        "eps 255/256: Salman et al.'s released model (papers/004 App. A.3 Table 1, --epsilon 255 in "
+        "1/256 units); papers/001 App. B.2 rounds it to 1.0"),
+    ("cifar100", "macer", 0.50): (
+        "lambda 4.0 as papers/000 App. C.5 and the certified checkpoint's path in alinlab/smoothing-catrs "
+        "EXPERIMENTS.MD (lbd_4.0); that file's training command says --lbd 6.0"),
+    ("mnist", "smoothadv"): (
+        "eps 255/256: jh-jeong/smoothmix EXPERIMENTS.MD trains these with --epsilon 255 (1/256 units); "
+        "the papers round it to 1.0"),
+    ("mnist", "macer"): (
+        "deferred (lambda = 0 until the first lr drop) as the released runs (jh-jeong/smoothmix "
+        "EXPERIMENTS.MD --deferred); the papers do not mention it"),
+    ("fashion-mnist", "macer"): (
+        "deferred: the released training logs (alinlab/smoothing-catrs data/fmnist/*/macer/log.txt) "
+        "switch lambda on at the first lr drop; the papers do not mention it"),
+    ("fashion-mnist", "smoothadv"): "eps 1.0: papers/000 App. C.5 (the released scripts do not show 255 or 256)",
+    ("mnist",): (
+        "schedule 90 epochs, x0.1 every 30 (papers/003 App. C, jh-jeong/smoothmix EXPERIMENTS.MD), which "
+        "produced these rows; papers/001 Sec. 4 states 150 / 50 (CAT-RS's own); papers/003 says Nesterov, "
+        "the code plain momentum"),
+    ("fashion-mnist",): (
+        "schedule 90 epochs, x0.1 every 30 as the released baseline training logs (alinlab/smoothing-catrs "
+        "data/fmnist/*/log.txt); papers/000 does not state it (150 / 50 is CAT-RS's own)"),
+    ("cifar10",): (
+        "several rows of this table are the original authors' released models (Cohen; Salman's best "
+        "SmoothAdv, papers/004 App. A.3; MACER, papers/003 App. C.2) trained with their own schedules; "
+        "the preset uses the CAT-RS scripts' 150 epochs / step 50"),
+    ("imagenet",): (
+        "papers/000 App. C.5 gives no ImageNet baseline settings: the rows of Table 6 are papers/003 "
+        "App. G Table 7 (sigma 1.0), settings from papers/003 App. G and papers/004 (whose App. A.1 "
+        "trained ImageNet with batch 200)"),
+    ("imagenet", "smoothmix"): (
+        "papers/003 App. G: m 1, T 1, alpha 8.0, one-step adversary projected to eps 1.0; eta not stated "
+        "for ImageNet (5.0, the common choice of papers/003 App. F)"),
+    ("imagenet", "consistency"): "papers/004: lambda 5, eta 0.1 instead of 0.5 at sigma 1.0 (Table 2 caption)",
+    ("consistency",): (
+        "papers/001 App. B.2 and papers/000 App. C.5 name the consistency weight eta, then set it as "
+        "lambda, and the entropy weight gamma: here lbd = consistency weight, eta = entropy weight 0.5 "
+        "(papers/004 eq. 12)"),
+}
+
+
+def _note(dataset: str, method: str, sigma: float) -> Optional[str]:
+    keys = [(dataset, method, sigma), (dataset, method), (dataset,), (method,)]
+    parts = [NOTES[k] for k in keys if k in NOTES]
+    return "; ".join(parts) or None
+
+
+def build(row: Row) -> Preset:
+    """The :class:`Preset` of one row of :data:`ROWS`."""
+    dataset, method, sigma, hparams = row
+    config = {**COMMON, **SCHEDULES[dataset]}
+    config["batch_size"] = BATCH_SIZE.get(method, config["batch_size"])
+    return Preset(dataset=dataset, method=method, sigma=sigma, hparams=dict(hparams), config=config,
+                  source=SOURCES.get((dataset, sigma), TABLES[dataset]), note=_note(dataset, method, sigma))
+
+
+for _row in ROWS:
+    add_preset(build(_row))
