@@ -5,9 +5,9 @@ Every method in ``rsmooth.methods.METHODS`` (except test-only names starting wit
 the hyperparameters of its paper preset (``--preset-dataset``/method/``--sigma``, by default
 the MNIST presets at sigma 0.25; methods without one use their defaults), on random tensors of
 the Fashion-MNIST shape (1x28x28, 10 classes), through the engine's own path
-(``engine/train.py``): each loader batch is split into ``method.num_chunks`` chunks and each
-chunk is one optimiser step, ``zero_grad`` -> ``method.loss(model, chunk, ctx)`` -> ``backward``
--> ``SGD.step``, statistics detached as the engine does.  The step context is epoch 40 of 90
+(``engine/train.py``): a loader batch is split into ``method.num_chunks`` chunks and each chunk
+is one optimiser step, ``zero_grad`` -> ``method.loss(model, chunk, ctx)`` -> ``backward`` ->
+``SGD.step``, statistics detached as the engine does; timings run over consecutive chunks.  The step context is epoch 40 of 90
 with the first learning-rate drop at 30, so every warm-up is over and MACER's deferred lambda is
 on.  Per-example extras a method ``requires`` (e.g. CAT-RS consistency targets) are random
 probability vectors.
@@ -19,8 +19,8 @@ figure is a median over repeats.
 
 Usage::
 
-    python bench/train_step.py                   # about 2 minutes on 2 CPU cores
-    python bench/train_step.py --quick           # a few seconds per method
+    python bench/train_step.py                   # 7 repeats x 2 steps per method
+    python bench/train_step.py --quick           # 3 repeats x 1 step
     python bench/train_step.py --preset-dataset cifar10 --sigma 0.5   # papers/004 Table 3's settings
     python bench/train_step.py --device cuda
 """
@@ -81,38 +81,36 @@ class Runner:
         b = self.batch_size
         x = torch.rand((b, *SHAPE), generator=g).to(device)
         y = torch.randint(NUM_CLASSES, (b,), generator=g).to(device)
-        self.batch = Batch(x, y, torch.arange(b), fake_extras(self.method, b, device, g))
+        batch = Batch(x, y, torch.arange(b), fake_extras(self.method, b, device, g))
+        self.chunks = batch.chunks(self.method.num_chunks)  # as the engine splits a loader batch
         self.noise_gen = torch.Generator(device=device)
         self.device = device
         self.steps = 0
-        self.chunks = len(self.batch.chunks(self.method.num_chunks))
 
-    def loader_batch(self, b: int) -> int:
-        """The engine's inner loop over the chunks of one loader batch; returns steps taken."""
-        sums = {}
-        for j, chunk in enumerate(self.batch.chunks(self.method.num_chunks)):
-            self.noise_gen.manual_seed(derive_seed(0, "noise", EPOCH, b, j))
-            ctx = StepContext(self.noise_gen, EPOCH, NUM_EPOCHS, self.steps, LR_DROP)
-            self.opt.zero_grad(set_to_none=True)
-            loss, stats = self.method.loss(self.model, chunk, ctx)
-            loss.backward()
-            self.opt.step()
-            self.steps += 1
-            for k, v in {"loss": loss, **stats}.items():
-                v = v.detach().float() if isinstance(v, torch.Tensor) else torch.tensor(float(v))
-                sums[k] = sums[k] + v if k in sums else v
-        return len(self.batch.chunks(self.method.num_chunks))
+    def step(self) -> None:
+        """One optimiser step of the engine's inner loop, on the next chunk of the batch."""
+        b, j = divmod(self.steps, len(self.chunks))
+        self.noise_gen.manual_seed(derive_seed(0, "noise", EPOCH, b, j))
+        ctx = StepContext(self.noise_gen, EPOCH, NUM_EPOCHS, self.steps, LR_DROP)
+        self.opt.zero_grad(set_to_none=True)
+        loss, stats = self.method.loss(self.model, self.chunks[j], ctx)
+        loss.backward()
+        self.opt.step()
+        self.steps += 1
+        for v in (loss, *stats.values()):  # the engine's bookkeeping: detached, no device sync
+            v.detach().float() if isinstance(v, torch.Tensor) else float(v)
 
-    def time_per_step(self, batches: int, r: int) -> float:
+    def time_per_step(self, steps: int) -> float:
         sync(self.device)
         t0 = time.perf_counter()
-        steps = sum(self.loader_batch(r * batches + i) for i in range(batches))
+        for _ in range(steps):
+            self.step()
         sync(self.device)
         return (time.perf_counter() - t0) / steps
 
     @property
     def steps_per_epoch(self) -> int:
-        return math.ceil(TRAIN_SIZE / self.batch_size) * self.chunks
+        return math.ceil(TRAIN_SIZE / self.batch_size) * len(self.chunks)
 
 
 def sync(device: torch.device) -> None:
@@ -125,43 +123,46 @@ def peak_memory(runner: Runner) -> float | None:
     if runner.device.type != "cuda":
         return None
     torch.cuda.reset_peak_memory_stats(runner.device)
-    runner.loader_batch(0)
+    runner.step()
     sync(runner.device)
     return torch.cuda.max_memory_allocated(runner.device) / 2**20
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="3 repeats of 1 loader batch per method")
-    ap.add_argument("--repeats", type=int, help="interleaved repeats (default 9; quick 3)")
-    ap.add_argument("--batches", type=int, help="loader batches per timing (default 2; quick 1)")
+    ap.add_argument("--quick", action="store_true", help="3 repeats of 1 step per method")
+    ap.add_argument("--repeats", type=int, help="interleaved repeats (default 7; quick 3)")
+    ap.add_argument("--steps", type=int, help="optimiser steps per timing (default 2; quick 1)")
+    ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     ap.add_argument("--preset-dataset", default="mnist", help="presets whose hyperparameters to use (default mnist)")
     ap.add_argument("--sigma", type=float, default=0.25, help="preset sigma (default 0.25)")
     ap.add_argument("--batch-size", type=int, help="loader batch for every method (default: the preset's)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--methods", nargs="+", help="subset of the registered methods")
     args = ap.parse_args(argv)
-    repeats = args.repeats or (3 if args.quick else 9)
-    batches = args.batches or (1 if args.quick else 2)
+    repeats = args.repeats or (3 if args.quick else 7)
+    steps = args.steps or (1 if args.quick else 2)
     device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     names = args.methods or [n for n in METHODS.names() if not n.startswith("_")]
     if "gaussian" not in names:
         names = ["gaussian", *names]
     runners = {n: Runner(n, args.preset_dataset, args.sigma, args.batch_size, device) for n in names}
     for run in runners.values():  # warm-up: allocator, oneDNN primitives, cuDNN autotuning
-        run.loader_batch(-1)
+        run.step()
     memory = {n: peak_memory(r) for n, r in runners.items()}
 
     times = {n: [] for n in names}
     for r in range(repeats):
         for n in names[r % len(names):] + names[:r % len(names)]:
-            times[n].append(runners[n].time_per_step(batches, r))
+            times[n].append(runners[n].time_per_step(steps))
 
     dev = torch.cuda.get_device_name(device) if device.type == "cuda" else \
         f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
     print(f"# torch {torch.__version__}, {dev}; LeNet, {SHAPE} x {NUM_CLASSES} classes, random data; "
-          f"{repeats} interleaved repeats x {batches} loader batches, medians")
+          f"{repeats} interleaved repeats x {steps} steps, medians")
     print(f"# per epoch = s/step x steps/epoch (ceil({TRAIN_SIZE}/batch) x chunks); "
           f"context: epoch {EPOCH + 1}/{NUM_EPOCHS}, lr drop at {LR_DROP}")
     g_epoch = statistics.median(times["gaussian"]) * runners["gaussian"].steps_per_epoch
@@ -177,7 +178,7 @@ def main(argv=None) -> None:
         hp = {k: v for k, v in run.method.hparams().items() if k != "sigma"}
         hp_text = run.source if not hp else f"{run.source}: " + ", ".join(
             f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in hp.items())
-        row = [n, hp_text, str(run.batch_size), str(run.chunks), f"{1e3 * med:.1f}",
+        row = [n, hp_text, str(run.batch_size), str(len(run.chunks)), f"{1e3 * med:.1f}",
                f"{1e3 * min(t):.1f}-{1e3 * max(t):.1f}", str(run.steps_per_epoch),
                f"{per_epoch:.1f}", f"{per_epoch / g_epoch:.2f}"]
         if mem_col:

@@ -90,7 +90,7 @@ def test_loss_and_gradient_match_reference(variant):
         lc[1, :, int(y[1])] += 20.0
     loss = smoothmix_loss(lc, lm, y, lam, eta=1.7, variant=variant)
     ref = _reference_loss(lc, lm, y, lam, 1.7, variant)
-    assert float(loss) == pytest.approx(float(ref), rel=1e-12)
+    assert float(loss.detach()) == pytest.approx(float(ref.detach()), rel=1e-12)
     g_impl = torch.autograd.grad(loss, [lc, lm])
     g_ref = torch.autograd.grad(ref, [lc, lm])
     for a, b in zip(g_impl, g_ref):
@@ -116,8 +116,9 @@ def test_target_is_not_detached_and_mask_zeroes_wrong_examples():
     # KL and cross-entropy differ by the entropy of y_mix, which has a gradient as well
     assert not torch.allclose(g_p[correct], g[correct])
     # eta = 0: pure mean cross-entropy over the m noisy copies
-    assert float(smoothmix_loss(lc, lm, y, lam, 0.0)) == pytest.approx(
-        float(nn.functional.cross_entropy(lc.reshape(-1, 4), y.repeat_interleave(3))), rel=1e-12)
+    with torch.no_grad():
+        assert float(smoothmix_loss(lc, lm, y, lam, 0.0)) == pytest.approx(
+            float(nn.functional.cross_entropy(lc.reshape(-1, 4), y.repeat_interleave(3))), rel=1e-12)
 
 
 def test_kl_is_finite_when_a_target_entry_is_zero():
@@ -125,8 +126,8 @@ def test_kl_is_finite_when_a_target_entry_is_zero():
     lm = torch.zeros(1, 1, 3, requires_grad=True)
     loss = smoothmix_loss(lc, lm, torch.tensor([1]), torch.zeros(1), eta=1.0)
     loss.backward()
-    assert math.isfinite(float(loss)) and torch.isfinite(lc.grad).all() and torch.isfinite(lm.grad).all()
-    assert float(loss) == pytest.approx(math.log(3), rel=1e-5)  # KL(e_1 || uniform)
+    assert math.isfinite(loss.item()) and torch.isfinite(lc.grad).all() and torch.isfinite(lm.grad).all()
+    assert loss.item() == pytest.approx(math.log(3), rel=1e-5)  # KL(e_1 || uniform)
 
 
 # -- lambda ---------------------------------------------------------------------------------
@@ -153,7 +154,8 @@ def _smoothed_nll(model, x, y, noise):
     """-log F_hat_y(x) per example with the given noises, eval mode, float64, by a loop over m."""
     model = model.double().eval()
     m = noise.shape[1]
-    p = sum(torch.softmax(model((x + noise[:, i]).double()), 1) for i in range(m)) / m
+    with torch.no_grad():
+        p = sum(torch.softmax(model((x + noise[:, i]).double()), 1) for i in range(m)) / m
     return -torch.log(p.gather(1, y.view(-1, 1)).squeeze(1))
 
 
@@ -211,6 +213,18 @@ def test_first_step_and_one_step_side_against_reference():
     # an eps ball bounds every iterate
     _, adv = smoothmix_adversary(model, x, y, noise, alpha=1.0, num_steps=3, eps=0.4)
     assert float((adv - x).flatten(1).norm(dim=1).max()) <= 0.4 + 1e-5
+
+
+def test_examples_below_the_reference_floor_stop_moving():
+    """F_hat_y < 1e-20 has a zero gradient in the reference attack (its clamp): no step."""
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    with torch.no_grad():
+        model[1].bias.copy_(torch.tensor([-100.0] + [0.0] * 9))
+    x = torch.rand(2, 1, 8, 8, generator=torch.Generator().manual_seed(0)) * 0.5 + 0.25
+    y = torch.tensor([0, 1])
+    _, adv = smoothmix_adversary(model, x, y, torch.zeros(2, 2, 1, 8, 8), alpha=0.2, num_steps=2)
+    assert torch.equal(adv[0], x[0])
+    assert float((adv[1] - x[1]).norm()) == pytest.approx(0.4, rel=1e-4)  # two steps of 0.2, inside the box
 
 
 # -- the method: schedule, errors, one step ----------------------------------------------------
@@ -286,35 +300,38 @@ def test_method_loss_matches_an_independent_step():
 
     lc, lm = noise_major_pass(side), noise_major_pass(xm)
     ref = _reference_loss(lc, lm, y, lam.double(), 3.0 * 0.5, "code")  # eta warmed up by 1/2
-    assert float(loss) == pytest.approx(float(ref), rel=1e-5)
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-5)
     # both passes updated BatchNorm's running statistics identically
     assert torch.allclose(model[1].running_mean, ref_model[1].running_mean, atol=1e-6)
 
 
 # -- end to end -------------------------------------------------------------------------------
 
-FAST = ["--num-noise", "2", "--num-steps", "2", "--alpha-step", "0.5", "--eta", "2.0", "--warmup", "2"]
-
-
-def test_cli_train_then_certify(tmp_path):
-    out = tmp_path / "r"
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    """A 2-epoch SmoothMix run (one-step adversary) on digits through the CLI."""
+    out = tmp_path_factory.mktemp("smoothmix") / "r"
     assert main(["train", "--dataset", "digits", "--method", "smoothmix", "--epochs", "2",
-                 "--batch-size", "128", "--out", str(out), *FAST, "--mix-step", "1"]) == 0
-    ck = read_checkpoint(out / "checkpoint.pt")
-    assert ck["method"] == "smoothmix" and ck["config"]["hparams"]["mix_step"] == 1
+                 "--batch-size", "128", "--out", str(out), "--num-noise", "2", "--num-steps", "2",
+                 "--alpha-step", "0.5", "--eta", "2.0", "--warmup", "2", "--mix-step", "1"]) == 0
+    return out
+
+
+def test_cli_train_then_certify(cli_run, tmp_path):
+    ck = read_checkpoint(cli_run / "checkpoint.pt")
+    hp = ck["config"]["hparams"]
+    assert ck["method"] == "smoothmix" and (hp["num_noise"], hp["mix_step"], hp["variant"]) == (2, 1, "code")
     assert ck["history"][-1]["test_acc"] > 0.3  # chance is 0.1
-    assert main(["certify", "--checkpoint", str(out), "--n", "200", "--max", "3",
+    assert {"ce", "mix", "mask", "adv_norm"} <= set(ck["history"][-1])
+    assert main(["certify", "--checkpoint", str(cli_run), "--n", "200", "--max", "3",
                  "--out", str(tmp_path / "c.tsv")]) == 0
 
 
-def test_resume_is_bit_identical(tmp_path):
-    def config():
-        return TrainConfig(dataset="digits", method="smoothmix", epochs=2, batch_size=128, lr=0.05,
-                           seed=1, hparams={"sigma": 0.25, "num_noise": 2, "num_steps": 2,
-                                            "alpha_step": 0.5, "eta": 2.0, "warmup": 2})
-    full = train(config(), tmp_path / "full", **QUIET)
-    train(config(), tmp_path / "part", stop_after_epoch=1, **QUIET)
-    resumed = train(config(), tmp_path / "part", resume=True, **QUIET)
-    a, b = full.model.state_dict(), resumed.model.state_dict()
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert [h["loss"] for h in full.history] == [h["loss"] for h in resumed.history]
+def test_resume_is_bit_identical(cli_run, tmp_path):
+    ck = read_checkpoint(cli_run / "checkpoint.pt")
+    config = TrainConfig(**ck["config"])  # the CLI run's resolved config
+    train(config, tmp_path / "part", stop_after_epoch=1, **QUIET)
+    resumed = train(config, tmp_path / "part", resume=True, **QUIET)
+    b = resumed.model.state_dict()
+    assert ck["state_dict"].keys() == b.keys() and all(torch.equal(ck["state_dict"][k], b[k]) for k in b)
+    assert [h["loss"] for h in ck["history"]] == [h["loss"] for h in resumed.history]

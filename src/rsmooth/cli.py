@@ -34,14 +34,16 @@ def _integer(text: str) -> int:
 
 
 def _method_fields() -> Dict[str, List[Any]]:
-    """Every method hyperparameter (except sigma): flag name -> [field, method names]."""
+    """Every method hyperparameter (except sigma): name -> [(method, field), ...]."""
     from .methods import METHODS, hyperparameters
 
     out: Dict[str, List[Any]] = {}
     for name in METHODS.names():
+        if name.startswith("_"):
+            continue
         for f in hyperparameters(METHODS.get(name)):
             if f.name != "sigma":
-                out.setdefault(f.name, [f, []])[1].append(name)
+                out.setdefault(f.name, []).append((name, f))
     return out
 
 
@@ -61,15 +63,16 @@ def _add_common_data(p: argparse.ArgumentParser) -> None:
 
 
 def _add_method_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("method hyperparameters (each applies to the methods named in its help)")
-    for name, (f, methods) in sorted(_method_fields().items()):
-        ftype = _field_type(f)
-        flag, help_text = "--" + name.replace("_", "-"), f"{f.metadata.get('help', '')} [{', '.join(methods)}]"
-        if ftype is bool:
-            g.add_argument(flag, dest="hp_" + name, default=None, action=argparse.BooleanOptionalAction,
-                           help=help_text)
-        else:
-            g.add_argument(flag, dest="hp_" + name, type=ftype, default=None, help=help_text)
+    g = p.add_argument_group("method hyperparameters (defaults are per method; a preset may set them)")
+    for name, uses in sorted(_method_fields().items()):
+        ftype = _field_type(uses[0][1])
+        texts: Dict[str, List[str]] = {}  # one entry per distinct (help, default)
+        for m, f in uses:
+            texts.setdefault(f"{f.metadata.get('help', '')} (default {f.default})", []).append(m)
+        help_text = "; ".join(f"{', '.join(ms)}: {t}" for t, ms in texts.items())
+        kw = (dict(action=argparse.BooleanOptionalAction) if ftype is bool else dict(type=ftype))
+        g.add_argument("--" + name.replace("_", "-"), dest="hp_" + name, default=None,
+                       help=help_text.replace("%", "%%"), **kw)
 
 
 def _method_args(args: argparse.Namespace) -> Dict[str, Any]:

@@ -179,7 +179,9 @@ NOTES: Dict[tuple, str] = {
     ("fashion-mnist", "macer"): (
         "deferred: the released training logs (alinlab/smoothing-catrs data/fmnist/*/macer/log.txt) "
         "switch lambda on at the first lr drop; the papers do not mention it"),
-    ("fashion-mnist", "smoothadv"): "eps 1.0: papers/000 App. C.5 (the released scripts do not show 255 or 256)",
+    ("fashion-mnist", "smoothadv"): (
+        "eps 1.0: papers/000 App. C.5, as the CAT-RS authors' CIFAR-100 commands (--epsilon 256); their "
+        "Fashion-MNIST command is not published"),
     ("mnist",): (
         "schedule 90 epochs, x0.1 every 30 (papers/003 App. C, jh-jeong/smoothmix EXPERIMENTS.MD), which "
         "produced these rows; papers/001 Sec. 4 states 150 / 50 (CAT-RS's own); papers/003 says Nesterov, "

@@ -6,6 +6,8 @@ Consistency, papers/004 Table 1) reuse it on their own inputs.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Dict, Tuple
 
@@ -40,7 +42,10 @@ def consistency_regularizer(logits: torch.Tensor, lbd: float, eta: float,
       lbd * (1/m) sum_i CE(F_hat, F(x + delta_i)) = lbd * (KL + H), i.e. ``"default"`` with
       eta = lbd; ``eta`` is ignored.
 
-    ``eta`` is used only by ``"default"``.  Returns a 0-dim tensor (the mean over the B images).
+    ``eta`` is used only by ``"default"``.  The value equals the reference's up to rounding;
+    unlike the reference, the gradient stays finite when a softmax probability underflows to 0
+    (saturated logits), as log F_hat is taken by logsumexp.  Returns a 0-dim tensor (the mean
+    over the B images).
     """
     if logits.dim() != 3:
         raise RsmoothError(f"consistency_regularizer wants logits [B x m x K], got shape {tuple(logits.shape)}")
@@ -54,9 +59,12 @@ def consistency_regularizer(logits: torch.Tensor, lbd: float, eta: float,
     if variant == "mse":
         reg = lbd * (prob[:, 1] - prob[:, 0]).pow(2).sum(1)
         return reg.mean()
-    avg = prob.mean(1)                                           # F_hat(x): [B, K], not detached
-    # KL(F_hat || F_i) = sum_k F_hat_k (log F_hat_k - log F_i,k), with 0 log 0 = 0
-    kl = (torch.xlogy(avg, avg).unsqueeze(1) - avg.unsqueeze(1) * log_prob).sum(2).mean(1)   # [B]
+    # F_hat(x) = mean_i softmax(logits_i): [B, K], not detached; log F_hat by logsumexp, so it
+    # stays finite (and the gradient NaN-free) where a class's probability underflows to 0
+    log_avg = torch.logsumexp(log_prob, dim=1) - math.log(m)
+    avg = log_avg.exp()
+    # KL(F_hat || F_i) = sum_k F_hat_k (log F_hat_k - log F_i,k)
+    kl = (avg.unsqueeze(1) * (log_avg.unsqueeze(1) - log_prob)).sum(2).mean(1)          # [B]
     if variant == "kl":
         reg = lbd * kl
     else:
@@ -93,7 +101,8 @@ class Consistency(Method):
 
     num_noise: int = field(default=2, metadata={"help": "m: noisy copies of each image per step"})
     lbd: float = field(default=10.0, metadata={"help": "lambda: weight of the regulariser"})
-    eta: float = field(default=0.5, metadata={"help": "eta: weight of a second term (Consistency: of the entropy H(F_hat), default 0.5)"})
+    eta: float = field(default=0.5, metadata={
+        "help": "eta: weight of a second term (Consistency: of the entropy H(F_hat), default 0.5)"})
     variant: str = field(default="default", metadata={
         "help": "loss variant (Consistency: default = KL + eta*entropy, kl, mse, ce = lbd*(KL + entropy))"})
 

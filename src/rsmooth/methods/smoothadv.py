@@ -60,6 +60,15 @@ class SmoothAdv(Method):
     likewise): the reference scripts' own defaults (eps 64/256, m 1, warm-up 1) are never what
     a paper ran.  CIFAR-10: eps 1.0, m 4 (sigma 0.25); eps 2.0, m 2 (papers/001) or eps 1.0,
     m 8 (papers/000) at sigma 0.5; eps 2.0, m 2 at sigma 1.0.
+
+    Differences from the reference code: (a) it is ``train_pgd.py --train-multi-noise`` (its
+    README's command; without the flag the script updates on one of the m noises per image, one
+    step per loader batch); (b) the PGD projection is Salman's clamp-then-renorm also with
+    lbd > 0, where Jeong's ``train_consistency.py`` renorms then clamps; (c) the random
+    direction the reference takes where the input gradient is exactly zero is drawn from
+    ``ctx.generator``; (d) log F_hat_y is exact, not clamped at 1e-20; (e) B need not be a
+    multiple of m (the engine's chunks may differ in size by one).  DDN: see
+    :func:`rsmooth.attacks.ddn_smoothed_input`.
     """
 
     num_noise: int = field(default=4, metadata={"help": "m: noisy copies per image (default: 4 smoothadv)"})

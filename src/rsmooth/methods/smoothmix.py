@@ -19,9 +19,9 @@ cross-entropy to y_mix without the mask: ``variant="paper"``); eta and the one-s
 multiplied by min(1, (epoch + 1) / warmup); the attack loss clamps F_hat_y at 1e-20 and the
 normalised gradient is g / ||g|| (the code adds 1e-8 to the norm; rsmooth's
 :func:`~rsmooth.attacks.pgd.l2_normalize` clamps it at 1e-12 instead, both leave a zero gradient at
-zero); the clean and the mixed noisy batches go through the
-model in two separate forward passes (BatchNorm statistics per pass); the mean runs over all B*m
-noisy copies, masked ones included. Published settings (EXPERIMENTS.MD of that repository; Nesterov
+zero); the clean and the mixed noisy batches go through the model in two separate forward
+passes (BatchNorm statistics per pass); the mean runs over all B*m noisy copies, masked ones
+included. Published settings (EXPERIMENTS.MD of that repository; Nesterov
 momentum per papers/003 App. C): MNIST m = 4, alpha = 1.0, T = 3 / 4 / 8 at sigma = 0.25 / 0.5 / 1.0
 (T = 2 with eta = 5 at sigma 0.25), eta in {1, 5}; CIFAR-10 m = 2, T = 4, alpha = 0.5 / 1.0 / 2.0,
 eta = 5; ImageNet (papers/003 App. G) m = 1, T = 1, alpha = 8.0, one-step adversary with
