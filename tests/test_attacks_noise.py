@@ -25,15 +25,6 @@ def _ref_renorm_row(ds, d, mode):
     return torch.tensor([(v - mu_a) / s_a * s_b + mu_b for v in a], dtype=torch.float64).reshape(ds.shape)
 
 
-def _kl_row(logits_row, target_row):
-    logz = math.log(sum(math.exp(float(v)) for v in logits_row))
-    out = 0.0
-    for t, v in zip(target_row.tolist(), logits_row):
-        if t > 0:
-            out = out + t * (math.log(t) - (v - logz))
-    return out
-
-
 def _ref_pgd(model, x, noises, targets, eps, steps, mode):
     """Row by row: T steps of 2 eps / T along g / ||g||, projection to the eps-ball, re-normalisation."""
     b = x.shape[0]

@@ -9,11 +9,13 @@ from torch import nn
 
 from rsmooth import RsmoothError
 from rsmooth.cli import build_parser, main
-from rsmooth.engine import TrainConfig, train
+from rsmooth.engine import TrainConfig, read_checkpoint, train
 from rsmooth.methods import METHODS, Batch, StepContext, create_method, hyperparameters
 from rsmooth.methods.catrs import bottom_k_loss, catrs_loss, kl_to_target, sample_k_plus
 
 QUIET = dict(progress=False, log=lambda s: None)
+
+
 
 
 # -- independent reference computations: float64, explicit loops --------------------------------
@@ -89,7 +91,7 @@ def _reference_loss(model, x, y, targets, seed, sigma, cfg, version, epoch=0):
             if version == "v1":
                 for j in range(k_plus, M):
                     v = ce[order[j]] + math.log(cfg.get("p0", 0.2))
-                    l_low = l_low + (v if float(v) > 0 else 0.0)
+                    l_low = l_low + (v if float(v.detach()) > 0 else 0.0)
             l_low = l_low / M
         elif low == "gaussian":
             l_low = sum(ce) / M
@@ -195,7 +197,8 @@ def test_bottom_k_loss_by_loops(p0):
     assert torch.allclose(got, _ref_bottom_k(ce, k_plus, p0), atol=1e-12)
     if p0 == 1.0:  # papers/001: p0 -> 1 is Gaussian training
         assert torch.allclose(got, ce.mean(1), atol=1e-12)
-    assert torch.allclose(got[4], ce[4].mean()) if p0 is None else True
+    if p0 is None:  # K+ = M: the mean CE
+        assert torch.allclose(got[4], ce[4].mean())
     # K = 0 clamped to 1: the smallest CE over M
     k0 = sample_k_plus(torch.zeros(6, dtype=torch.float64), 5, torch.Generator().manual_seed(0))
     assert torch.allclose(bottom_k_loss(ce, k0), ce.min(1).values / 5)
@@ -291,7 +294,7 @@ def test_method_loss_matches_reference(name, cfg, sigma):
     ref_net = _net()
     ref = _reference_loss(ref_net, x, y, targets, 11, sigma, cfg, "v1" if name == "catrs-v1" else "catrs")
     ref_grads = torch.autograd.grad(ref, list(ref_net.parameters()))
-    assert float(loss) == pytest.approx(float(ref), abs=1e-7)
+    assert float(loss.detach()) == pytest.approx(float(ref.detach()), abs=1e-7)
     for a, b in zip(grads, ref_grads):
         assert torch.allclose(a, b, atol=1e-6)
     assert net.training and all(p.requires_grad for p in net.parameters())
@@ -319,8 +322,8 @@ def test_eps_doubling_by_epoch():
         StepContext(torch.Generator().manual_seed(5), epoch=2, num_epochs=3))
     ref = _reference_loss(_net(), x, y, targets, 5, 0.5, cfg, "catrs", epoch=2)
     undoubled = _reference_loss(_net(), x, y, targets, 5, 0.5, {"eps": 0.4, "mask": False}, "catrs")
-    assert float(loss) == pytest.approx(float(ref), abs=1e-7)
-    assert float(ref) != pytest.approx(float(undoubled), abs=1e-4)
+    assert float(loss.detach()) == pytest.approx(float(ref.detach()), abs=1e-7)
+    assert float(ref.detach()) != pytest.approx(float(undoubled.detach()), abs=1e-4)
 
 
 @pytest.mark.parametrize("high,passes", [("max", 2), ("none", 1)])
@@ -397,23 +400,43 @@ def test_cli_flags_and_shared_field_types():
 
 # -- end to end on digits ------------------------------------------------------------------------
 
+E2E_HPARAMS = {"num_noise": 2, "num_steps": 1, "eps_double_epoch": 1}  # small, and eps doubles at epoch 1
+
+
 @pytest.fixture(scope="module")
-def targets_file(tmp_path_factory):
+def catrs_run(tmp_path_factory):
+    """Gaussian model (2 epochs) -> targets (20 noises) -> 'rsmooth train --method catrs' (2 epochs)."""
     root = tmp_path_factory.mktemp("catrs")
     assert main(["train", "--dataset", "digits", "--epochs", "2", "--batch-size", "128",
                  "--out", str(root / "gauss")]) == 0
     assert main(["targets", "--checkpoint", str(root / "gauss"), "--num-samples", "20",
                  "--out", str(root / "t.npy")]) == 0
-    return root / "t.npy"
-
-
-def test_cli_catrs_train_then_certify(targets_file, tmp_path):
-    assert main(["train", "--dataset", "digits", "--method", "catrs", "--targets", str(targets_file),
+    assert main(["train", "--dataset", "digits", "--method", "catrs", "--targets", str(root / "t.npy"),
                  "--epochs", "2", "--batch-size", "128", "--num-noise", "2", "--num-steps", "1",
-                 "--out", str(tmp_path / "r")]) == 0
-    assert main(["certify", "--checkpoint", str(tmp_path / "r"), "--n", "200", "--max", "3",
+                 "--eps-double-epoch", "1", "--out", str(root / "r")]) == 0
+    return root
+
+
+def test_cli_catrs_train_then_certify(catrs_run, tmp_path):
+    assert main(["certify", "--checkpoint", str(catrs_run / "r"), "--n", "200", "--max", "3",
                  "--out", str(tmp_path / "c.tsv")]) == 0
     assert len((tmp_path / "c.tsv").read_text().splitlines()) == 4
+    ck = read_checkpoint(catrs_run / "r" / "checkpoint.pt")
+    assert ck["method"] == "catrs" and ck["config"]["targets"] == str(catrs_run / "t.npy")
+    assert {k: ck["config"]["hparams"][k] for k in E2E_HPARAMS} == E2E_HPARAMS
+    assert all(math.isfinite(h["loss_high"]) and 0 <= h["mask_frac"] <= 1 for h in ck["history"])
+
+
+def test_catrs_resume_is_bit_identical(catrs_run, tmp_path):
+    """Stopped after epoch 1 and resumed: the same weights as the uninterrupted CLI run."""
+    cfg = TrainConfig(dataset="digits", method="catrs", epochs=2, batch_size=128,
+                      targets=str(catrs_run / "t.npy"), hparams=dict(E2E_HPARAMS))
+    train(cfg, tmp_path / "part", stop_after_epoch=1, **QUIET)
+    resumed = train(cfg, tmp_path / "part", resume=True, **QUIET)
+    full = read_checkpoint(catrs_run / "r" / "checkpoint.pt")
+    a, b = full["state_dict"], resumed.model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k].cpu()) for k in a)
+    assert [h["loss"] for h in full["history"]] == [h["loss"] for h in resumed.history]
 
 
 def test_cli_catrs_v1_without_targets(tmp_path):
@@ -422,15 +445,3 @@ def test_cli_catrs_v1_without_targets(tmp_path):
                  "--out", str(tmp_path / "r")]) == 0
     assert main(["certify", "--checkpoint", str(tmp_path / "r"), "--n", "200", "--max", "3",
                  "--out", str(tmp_path / "c.tsv")]) == 0
-
-
-def test_catrs_resume_is_bit_identical(targets_file, tmp_path):
-    cfg = TrainConfig(dataset="digits", method="catrs", epochs=2, batch_size=128, targets=str(targets_file),
-                      hparams={"num_noise": 2, "num_steps": 1, "eps_double_epoch": 1})
-    full = train(cfg, tmp_path / "full", **QUIET)
-    train(cfg, tmp_path / "part", stop_after_epoch=1, **QUIET)
-    resumed = train(cfg, tmp_path / "part", resume=True, **QUIET)
-    a, b = full.model.state_dict(), resumed.model.state_dict()
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert [h["loss"] for h in full.history] == [h["loss"] for h in resumed.history]
-    assert all(math.isfinite(h["loss_high"]) for h in full.history)

@@ -21,13 +21,6 @@ CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2023, 0.1994, 0.2010)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # the test machine has 2 shared cores; oversubscribed OpenMP threads are 10x slower
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 @pytest.fixture(scope="module")

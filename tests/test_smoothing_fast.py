@@ -27,7 +27,10 @@ class Threshold(torch.nn.Module):
         return torch.stack([-s, s], 1)
 
 
-FAST_MODES = [dict(channels_last=True), dict(compile=True), dict(channels_last=True, compile=True)]
+@pytest.fixture(scope="module")
+def compiled():
+    """One compiled Smooth shared by the tests below: each graph compiles once (seconds)."""
+    return Smooth(Threshold(), 2, 0.25, channels_last=True, compile=True)
 
 
 def _counts(smooth, xs, num, batch_size, seed=0):
@@ -38,38 +41,35 @@ def test_default_batch_size_is_a_positive_int():
     assert isinstance(DEFAULT_BATCH_SIZE, int) and DEFAULT_BATCH_SIZE >= 1
 
 
-@pytest.mark.parametrize("opts", FAST_MODES, ids=str)
-@pytest.mark.parametrize("num,batch_size", [(300, 64), (20, 64)])  # one image / several per pass
-def test_fast_modes_give_identical_counts(opts, num, batch_size):
-    """Same generator => same noisy inputs in every mode, including padded last batches
-    (300 = 4 x 64 + 44; 5 images of 20 copies at 3 images per pass)."""
+@pytest.mark.parametrize("mode", ["channels_last", "compile"])
+def test_fast_modes_give_identical_counts(mode, compiled):
+    """Same generator => same noisy inputs in every mode, including padded last batches:
+    300 copies = 4 x 64 + 44 (one image per pass); 20 copies of 5 images, 3 per pass."""
     xs = torch.rand(5, 3, 4, 4, generator=torch.Generator().manual_seed(1))
-    model = Threshold()
-    expected = _counts(Smooth(model, 2, 0.25), xs, num, batch_size)
-    assert torch.equal(_counts(Smooth(model, 2, 0.25, **opts), xs, num, batch_size), expected)
-    assert bool((expected.sum(1) == num).all()) and bool((expected > 0).all())
+    fast = compiled if mode == "compile" else Smooth(Threshold(), 2, 0.25, channels_last=True)
+    for num in (300, 20):
+        expected = _counts(Smooth(Threshold(), 2, 0.25), xs, num, 64)
+        assert torch.equal(_counts(fast, xs, num, 64), expected)
+        assert bool((expected.sum(1) == num).all()) and bool((expected > 0).all())
 
 
 def test_bf16_draws_the_same_noise():
     """bfloat16 only rounds the noisy input: the rare flips are points within bfloat16's
     spacing (2^-8 near 0.5) of the threshold."""
     xs = torch.full((1, 3, 4, 4), 0.5)
-    model = Threshold()
-    c32 = _counts(Smooth(model, 2, 0.25), xs, 2000, 256)
-    c16 = _counts(Smooth(model, 2, 0.25, precision="bf16", channels_last=True), xs, 2000, 256)
+    c32 = _counts(Smooth(Threshold(), 2, 0.25), xs, 2000, 256)
+    c16 = _counts(Smooth(Threshold(), 2, 0.25, precision="bf16", channels_last=True), xs, 2000, 256)
     assert abs(int(c16[0, 1]) - int(c32[0, 1])) <= 20
 
 
-def test_compiled_certify_never_recompiles_and_is_deterministic():
+def test_compiled_certify_never_recompiles_and_is_deterministic(compiled):
     import torch._dynamo
 
-    model = Threshold()
-    s = Smooth(model, 2, 0.25, compile=True)
     x = torch.full((3, 4, 4), 0.6)
-    first = s.certify(x, 10, 1000, 0.001, 128, generator=torch.Generator().manual_seed(3))  # compiles
+    certify = lambda s, n0, n, seed: s.certify(x, n0, n, 0.001, 64, generator=torch.Generator().manual_seed(seed))
+    first = certify(compiled, 100, 1000, 3)  # compiles the one-image graph (if not yet)
     with torch._dynamo.config.patch(error_on_recompile=True):
-        again = s.certify(x, 10, 1000, 0.001, 128, generator=torch.Generator().manual_seed(3))
-        s.certify(x, 37, 555, 0.001, 128)  # other tail sizes: same graph
-    assert first == again == Smooth(model, 2, 0.25).certify(x, 10, 1000, 0.001, 128,
-                                                           generator=torch.Generator().manual_seed(3))
+        again = certify(compiled, 100, 1000, 3)
+        certify(compiled, 37, 555, 4)  # other last-batch sizes: same graph
+    assert first == again == certify(Smooth(Threshold(), 2, 0.25), 100, 1000, 3)
     assert first[0] == 1

@@ -141,19 +141,20 @@ def catrs_loss(
 class _CatRSBase(Method):
     """Fields and the per-chunk procedure shared by both versions (not registered)."""
 
-    num_noise: int = field(default=4, metadata={"help": "m: noisy copies of each image per step (CAT-RS: M, default 4)"})
-    num_steps: int = field(default=4, metadata={"help": "T: attack steps (CAT-RS default: 4)"})
-    eps: float = field(default=1.0, metadata={"help": "l2 attack radius in [0,1] pixel units (CAT-RS: around each noise, default 1.0)"})
-    lbd: float = field(default=1.0, metadata={"help": "lambda: weight of the regulariser (CAT-RS: of L_high, default 1.0)"})
+    num_noise: int = field(default=4, metadata={
+        "help": "M: noisy copies of each image per step (and chunks per batch)"})
+    num_steps: int = field(default=4, metadata={"help": "T: PGD steps on the noise, of size 2 eps / T"})
+    eps: float = field(default=1.0, metadata={
+        "help": "l2 radius of the search around each noise, [0,1] pixel units (the reference's --epsilon 256 is 1.0)"})
+    lbd: float = field(default=1.0, metadata={
+        "help": "lambda: weight of L_high (MNIST 1.0; CIFAR 0.5/1.0/2.0 at sigma 0.25/0.5/1.0; ImageNet 2.0)"})
     low: str = field(default="bottom-k", metadata={
-        "help": "CAT-RS L_low: bottom-k (default), gaussian (L_base: CE over all M noises) or none (ablations)"})
+        "help": "L_low: bottom-k, gaussian (L_base: CE over all M noises; ablation) or none (ablation)"})
     high: str = field(default="max", metadata={
-        "help": "CAT-RS L_high over the M worst-case noises: max (default), mean (papers/001 eq. 11) or none"})
-    mask: bool = field(default=True, metadata={
-        "help": "CAT-RS: apply L_high only where K+ = M (catrs) / p_hat = 1 (catrs-v1) (default: on; --no-mask ablation)"})
+        "help": "L_high over the M worst-case noises: max, mean (papers/001 eq. 11; ablation) or none (ablation)"})
+    mask: bool = field(default=True, metadata={"help": "apply L_high only where K+ = M (--no-mask: ablation)"})
     renorm: str = field(default="rms", metadata={
-        "help": "CAT-RS re-normalisation scale of the worst-case noise: rms (authors' code; catrs default) "
-                "or std (paper text; catrs-v1 default)"})
+        "help": "scale of the worst-case noise's re-normalisation: rms (authors' code) or std (paper text)"})
 
     def validate(self) -> None:
         n = self.name
@@ -180,12 +181,15 @@ class _CatRSBase(Method):
 
     # hooks of the two versions
     def current_eps(self, ctx: StepContext) -> float:
+        """The search radius at this step's epoch."""
         return self.eps
 
     def k_probability(self, batch: Batch, p_hat: torch.Tensor) -> torch.Tensor:
+        """The success probability [B] of K ~ Bin(M, .): p_hat [B] here."""
         return p_hat
 
     def high_mask(self, p_hat: torch.Tensor, k_plus: torch.Tensor) -> torch.Tensor:
+        """Bool [B]: where L_high applies, from p_hat [B] and K+ [B]."""
         raise NotImplementedError
 
     def high_objective(self, batch: Batch, logits: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -193,6 +197,7 @@ class _CatRSBase(Method):
         raise NotImplementedError
 
     def p0_value(self) -> Optional[float]:
+        """The truncation p0 of L_low, or None for none."""
         return None
 
     def loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
@@ -259,12 +264,12 @@ class CATRS(_CatRSBase):
     """
 
     target: str = field(default="consistency", metadata={
-        "help": "CAT-RS label of L_high: consistency (y_hat from --targets, default), smoothed "
-                "(the model's own F_hat(x) over the M noises, detached) or hard (one-hot y)"})
+        "help": "label of L_high: consistency (y_hat from --targets), smoothed (the model's own F_hat(x) "
+                "over the M noises, detached; ablation) or hard (one-hot y; ablation)"})
     confidence_mask: bool = field(default=False, metadata={
-        "help": "CAT-RS: draw K ~ Bin(M, y_hat_y) instead of Bin(M, p_hat) (ImageNet; needs --targets)"})
+        "help": "draw K ~ Bin(M, y_hat_y) instead of Bin(M, p_hat) (ImageNet; needs --targets)"})
     eps_double_epoch: int = field(default=0, metadata={
-        "help": "CAT-RS: from this 0-based epoch on eps is doubled (0 = never; ImageNet: 80 of 90)"})
+        "help": "from this 0-based epoch on eps is doubled (0 = never; ImageNet: 80 of 90 epochs)"})
 
     name = "catrs"
 
@@ -341,11 +346,15 @@ class CATRSv1(_CatRSBase):
     0.5, 1.0).
     """
 
+    lbd: float = field(default=1.0, metadata={
+        "help": "lambda: weight of L_high (MNIST 1.0; CIFAR 0.5/2.0/2.0 at sigma 0.25/0.5/1.0)"})
+    mask: bool = field(default=True, metadata={"help": "apply L_high only where p_hat = 1 (--no-mask: ablation)"})
     renorm: str = field(default="std", metadata={
-        "help": "CAT-RS re-normalisation scale of the worst-case noise: rms (authors' code; catrs default) "
-                "or std (paper text; catrs-v1 default)"})
+        "help": "scale of the worst-case noise's re-normalisation: std (paper text) or rms (the published "
+                "version's code)"})
     p0: float = field(default=0.2, metadata={
-        "help": "catrs-v1 truncation: the harder noises' CE is cut at -log p0 (in (0, 1]; default 1/5 MNIST)"})
+        "help": "truncation of L_low: the other noises' CE is cut at -log p0, p0 in (0, 1] "
+                "(MNIST 1/5; CIFAR 1/20 at sigma 0.25, 1/10 at 0.5/1.0)"})
 
     name = "catrs-v1"
 

@@ -1,0 +1,33 @@
+"""The whole CAT-RS recipe on digits at a tiny budget, and its step skipping."""
+import json
+
+from rsmooth.cli import main
+from rsmooth.engine.pipeline import run_pipeline
+from rsmooth.metrics import read_certify_tsv
+
+
+def test_pipeline_runs_then_skips_finished_steps(tmp_path, capsys):
+    logs = []
+    kw = dict(method="catrs", dataset="digits", sigma=0.5, hparams={"num_noise": 2, "num_steps": 1},
+              train_overrides={"epochs": 2, "batch_size": 128}, target_samples=10, n=100, max=4,
+              log=logs.append)
+    table = run_pipeline(str(tmp_path), **kw)
+    assert "Gaussian sigma=0.5" in table and "CAT-RS sigma=0.5" in table
+    for run in ("gaussian_0.25", "gaussian_0.50", "catrs_0.50"):
+        assert (tmp_path / run / "checkpoint.pt").exists()
+    cfg = json.loads((tmp_path / "catrs_0.50" / "config.json").read_text())["config"]
+    assert cfg["targets"].endswith("targets_0.25.npy") and cfg["hparams"]["num_noise"] == 2
+    assert cfg["hparams"]["sigma"] == 0.5 and cfg["epochs"] == 2
+    assert json.loads((tmp_path / "targets_0.25.npy.json").read_text())["sigma"] == 0.25
+    assert len(read_certify_tsv(tmp_path / "catrs_0.50" / "certify.tsv").idx) == 4
+    assert (tmp_path / "certified_accuracy.png").exists() and (tmp_path / "table.md").exists()
+
+    logs.clear()
+    assert run_pipeline(str(tmp_path), **kw) == table  # everything exists: nothing recomputed
+    assert not any(line.startswith("epoch") for line in logs)
+    assert any("already computed" in line for line in logs)
+
+    # the CLI refuses to reuse the folder with other settings instead of overwriting
+    code = main(["pipeline", "catrs", "--dataset", "digits", "--sigma", "0.5", "--epochs", "3",
+                 "--target-samples", "10", "--n", "100", "--max", "4", "--out", str(tmp_path)])
+    assert code == 2 and "cannot resume" in capsys.readouterr().err
