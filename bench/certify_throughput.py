@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from rsmooth.data import get_dataset
 from rsmooth.models import create_model
 from rsmooth.smoothing import Smooth, clopper_pearson_lower
-from rsmooth.smoothing.smooth import DEFAULT_BATCH_SIZE
+from rsmooth.smoothing.smooth import DEFAULT_BATCH_SIZE, _Frozen
 
 SIGMA = 0.25
 N0 = 100
@@ -113,7 +113,7 @@ class Unavoidable:
         self.batch = torch.rand((batch_size, *item_shape), dtype=dtype).contiguous(memory_format=fmt)
         model = smooth._model.eval()  # the mode's converted copy of the model
         if smooth.compile:
-            model = torch.compile(model, dynamic=False, options={"freezing": True})
+            model = _Frozen(model)  # compiled as Smooth compiles
         self.model, self.sigma = model, smooth.sigma
         self.generator = torch.Generator().manual_seed(0)
         with torch.inference_mode():

@@ -137,3 +137,19 @@ def test_config_errors(tmp_path, kw, match):
 def test_create_method_registry():
     assert "gaussian" in METHODS.names()
     assert create_method("gaussian", sigma=0.5).sigma == 0.5
+
+
+def test_lr_timing_matches_the_reference_scripts():
+    from rsmooth.engine.train import first_lr_drop, lr_factor
+
+    catrs = _config(epochs=150, lr_step=50).resolved()
+    cohen = _config(epochs=150, lr_step=50, lr_timing="cohen").resolved()
+    # Jeong-family scripts: scheduler.step(epoch) after epoch -> epochs 0..50 at the base lr
+    assert [lr_factor(e, catrs) for e in (0, 50, 51, 100, 101)] == pytest.approx([1, 1, 0.1, 0.1, 0.01])
+    # Cohen: scheduler.step(epoch) before epoch -> epoch 50 is the first reduced one
+    assert [lr_factor(e, cohen) for e in (0, 49, 50, 100)] == pytest.approx([1, 1, 0.1, 0.01])
+    assert (first_lr_drop(catrs), first_lr_drop(cohen)) == (51, 50)
+    multi = _config(epochs=90, milestones=[30, 60]).resolved()
+    assert [lr_factor(e, multi) for e in (30, 31, 61)] == pytest.approx([1, 0.1, 0.01])
+    with pytest.raises(RsmoothError, match="--lr-timing must be one of"):
+        _config(lr_timing="late").resolved()

@@ -141,7 +141,7 @@ def test_cli_train_and_certify(tmp_path):
 
 def test_resume_is_bit_identical(tmp_path):
     config = TrainConfig(dataset="digits", method="macer", epochs=2, batch_size=128, lr=0.05, lr_step=1,
-                         seed=2, hparams={"sigma": 0.25, "num_noise": 2, "lbd": 4.0, "deferred": True})
+                         lr_timing="cohen", seed=2, hparams={"sigma": 0.25, "num_noise": 2, "lbd": 4.0, "deferred": True})
     full = train(config, tmp_path / "full", **QUIET)
     train(config, tmp_path / "part", stop_after_epoch=1, **QUIET)
     resumed = train(config, tmp_path / "part", resume=True, **QUIET)

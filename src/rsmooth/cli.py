@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="multiply the lr by --lr-gamma every this many epochs (default: 50; imagenet 30; digits 20)")
     t.add_argument("--milestones", type=_integer, nargs="+", help="multistep schedule: epochs at which the lr drops")
     t.add_argument("--lr-gamma", type=float, help="lr decay factor (default: 0.1)")
+    t.add_argument("--lr-timing", choices=["catrs", "cohen"],
+                   help="catrs (default): the lr drops after epoch lr-step+1 as in the Jeong-family "
+                   "scripts behind the CAT-RS tables; cohen: one epoch earlier, as in Cohen et al.'s code")
     t.add_argument("--seed", type=int, help="seed of every random stream of the run (default: 0)")
     t.add_argument("--targets", help="per-example consistency targets file from 'rsmooth targets' (CAT-RS)")
     t.add_argument("--workers", type=int, default=0, help="data-loading worker processes (default: 0)")
@@ -234,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: train flags that map one-to-one onto TrainConfig fields
 _TRAIN_FIELDS = ("dataset", "arch", "method", "epochs", "batch_size", "lr", "momentum",
-                 "weight_decay", "nesterov", "lr_step", "milestones", "lr_gamma", "seed",
+                 "weight_decay", "nesterov", "lr_step", "milestones", "lr_gamma", "lr_timing", "seed",
                  "data_dir", "device", "targets")
 
 

@@ -5,9 +5,11 @@ schedule, chunking (SPEC.md 2: one optimiser step per chunk for chunked methods)
 evaluation (clean accuracy and accuracy under noise), logging and atomic checkpoints, and
 resumes bit-identically: every random stream is derived from ``(seed, epoch, step)``.
 
-Schedule convention: the scheduler steps *after* each epoch (as the CAT-RS authors' scripts
-do), so with ``lr_step = 50`` epochs 0-49 use ``lr`` and epoch 50 the first reduced rate.
-Cohen's original code stepped it at the start of each epoch, one epoch earlier.
+Schedule timing (``lr_timing``): the Jeong-family scripts that produced papers/000, 001, 003
+and 004 call ``scheduler.step(epoch)`` *after* training epoch ``epoch``, so with ``lr_step = 50``
+0-based epochs 0-50 use ``lr`` and epoch 51 is the first at a reduced rate ("catrs", the
+default).  Cohen's code steps at the start of each epoch, one epoch earlier: epoch 50 is the
+first reduced one ("cohen").
 """
 from __future__ import annotations
 
@@ -41,7 +43,9 @@ DATASET_DEFAULTS: Dict[str, Dict[str, Any]] = {
 
 #: config fields that must not change when a run is resumed
 _FIXED_ON_RESUME = ("dataset", "arch", "method", "hparams", "batch_size", "lr", "momentum",
-                    "weight_decay", "nesterov", "lr_step", "milestones", "lr_gamma", "seed", "targets")
+                    "weight_decay", "nesterov", "lr_step", "milestones", "lr_gamma", "lr_timing",
+                    "seed", "targets")
+LR_TIMINGS = ("catrs", "cohen")
 
 
 @dataclass
@@ -61,6 +65,7 @@ class TrainConfig:
     lr_step: Optional[int] = None  # step schedule: x lr_gamma every lr_step epochs
     milestones: Optional[List[int]] = None  # multistep schedule (overrides lr_step)
     lr_gamma: float = 0.1
+    lr_timing: str = "catrs"  # when the lr drops: "catrs" (authors' scripts) or "cohen" (one epoch earlier)
     seed: int = 0
     data_dir: Optional[str] = None
     device: Optional[str] = None
@@ -91,6 +96,7 @@ class TrainConfig:
         check(c.lr_step >= 1, f"--lr-step must be >= 1 epoch, got {c.lr_step}")
         check(0 < c.lr_gamma <= 1, f"--lr-gamma must be in (0, 1], got {c.lr_gamma}")
         check(not c.nesterov or c.momentum > 0, "--nesterov needs --momentum > 0")
+        check(c.lr_timing in LR_TIMINGS, f"--lr-timing must be one of {', '.join(LR_TIMINGS)}, got {c.lr_timing!r}")
         if c.milestones is not None:
             check(all(m >= 1 for m in c.milestones) and list(c.milestones) == sorted(c.milestones),
                   f"--milestones must be increasing epochs >= 1, got {c.milestones}")
@@ -125,10 +131,21 @@ def _progress(total: int, desc: str, enabled: bool):
                 disable=not (enabled and sys.stderr.isatty()))
 
 
-def _make_scheduler(opt: torch.optim.Optimizer, c: TrainConfig):
-    if c.milestones:
-        return torch.optim.lr_scheduler.MultiStepLR(opt, milestones=list(c.milestones), gamma=c.lr_gamma)
-    return torch.optim.lr_scheduler.StepLR(opt, step_size=c.lr_step, gamma=c.lr_gamma)
+def lr_factor(epoch: int, c: "TrainConfig") -> float:
+    """Multiplier of ``c.lr`` during 0-based ``epoch`` (step or multistep, see ``lr_timing``)."""
+    e = max(epoch - 1, 0) if c.lr_timing == "catrs" else epoch
+    drops = sum(m <= e for m in c.milestones) if c.milestones else e // c.lr_step
+    return c.lr_gamma ** drops
+
+
+def first_lr_drop(c: "TrainConfig") -> int:
+    """The first 0-based epoch trained at a reduced learning rate (MACER's deferred lambda)."""
+    first = c.milestones[0] if c.milestones else c.lr_step
+    return first + 1 if c.lr_timing == "catrs" else first
+
+
+def _make_scheduler(opt: torch.optim.Optimizer, c: "TrainConfig"):
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: lr_factor(epoch, c))
 
 
 def evaluate(model: nn.Module, dataset, sigma: float, seed: int, batch_size: int = 500,
@@ -259,7 +276,7 @@ def train(
     (out_dir / "config.json").write_text(json.dumps(
         {"config": c.to_dict(), "versions": versions(), "git_commit": git_commit()}, indent=2) + "\n")
     log_file = open(out_dir / "train.log", "a")
-    lr_drop = c.milestones[0] if c.milestones else c.lr_step
+    lr_drop = first_lr_drop(c)
     noise_gen = torch.Generator(device=device)
     extras = {k: v.to(device) for k, v in extras.items()}
 
