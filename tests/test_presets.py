@@ -10,7 +10,7 @@ from rsmooth.engine import TrainConfig
 from rsmooth.errors import RsmoothError
 from rsmooth.methods import METHODS, create_method
 from rsmooth.presets import PRESETS, Preset, add_preset, get_preset
-from rsmooth.presets_table import ROWS
+from rsmooth.presets_table import CATRS_ROWS, ROWS
 
 NAMES = PRESETS.names()
 
@@ -27,10 +27,11 @@ def test_preset_builds_method_and_config(name):
 
 
 def test_names_unique_and_well_formed():
-    assert len(NAMES) == len(ROWS) == len({(d, m, s) for d, m, s, _ in ROWS})
+    assert len(NAMES) == len(ROWS) + len(CATRS_ROWS) == len(
+        {(d, m, s) for d, m, s, *_ in ROWS + CATRS_ROWS})
     for name in NAMES:
         p = get_preset(name)
-        assert re.fullmatch(r"[a-z0-9-]+/[a-z]+/\d\.\d\d", name)
+        assert re.fullmatch(r"[a-z0-9-]+/[a-z0-9-]+/\d\.\d\d", name)
         assert name == f"{p.dataset}/{p.method}/{p.sigma:.2f}" == p.name
         assert p.dataset in DATASETS and p.method in METHODS
         assert p.sigma in (0.25, 0.5, 1.0)
@@ -41,12 +42,30 @@ def test_names_unique_and_well_formed():
 
 def test_coverage():
     """Six baselines x three sigmas on MNIST, Fashion-MNIST, CIFAR-10/100; ImageNet sigma 1.0."""
-    baselines = {"gaussian", "stability", "smoothadv", "macer", "consistency", "smoothmix"}
+    baselines = {"gaussian", "stability", "smoothadv", "macer", "consistency", "smoothmix", "catrs"}
+    v1 = {"mnist", "cifar10"}  # papers/001 covers MNIST and CIFAR-10 only
     for dataset in ("mnist", "fashion-mnist", "cifar10", "cifar100"):
         have = {(p.method, p.sigma) for p in map(get_preset, NAMES) if p.dataset == dataset}
-        assert have == {(m, s) for m in baselines for s in (0.25, 0.5, 1.0)}, dataset
+        methods = baselines | ({"catrs-v1"} if dataset in v1 else set())
+        assert have == {(m, s) for m in methods for s in (0.25, 0.5, 1.0)}, dataset
     assert {p.method for p in map(get_preset, NAMES) if p.dataset == "imagenet"} == \
-        {"gaussian", "consistency", "smoothadv", "smoothmix"}
+        {"gaussian", "consistency", "smoothadv", "smoothmix", "catrs"}
+
+
+def test_catrs_presets_follow_the_appendices():
+    # papers/000 App. C.5: M = 4, T = 4, eps = 1.0; lambda 1.0 (MNIST/F-MNIST), 0.5/1.0/2.0 (CIFAR)
+    assert _hp("fashion-mnist/catrs/0.50") == {"num_noise": 4, "num_steps": 4, "eps": 1.0, "lbd": 1.0}
+    assert [_hp(f"cifar100/catrs/{s}")["lbd"] for s in ("0.25", "0.50", "1.00")] == [0.5, 1.0, 2.0]
+    imagenet = get_preset("imagenet/catrs/1.00")
+    assert imagenet.hparams["confidence_mask"] and imagenet.hparams["eps_double_epoch"] == 80
+    assert (imagenet.hparams["num_noise"], imagenet.hparams["num_steps"], imagenet.hparams["lbd"]) == (2, 1, 2.0)
+    assert imagenet.config["milestones"] == [30, 60, 85]
+    # papers/001 App. B.2: p0 1/5 (MNIST); lambda 0.5, p0 1/20 at CIFAR sigma 0.25; 2.0, 1/10 above
+    assert _hp("mnist/catrs-v1/1.00")["p0"] == pytest.approx(0.2)
+    assert (_hp("cifar10/catrs-v1/0.25")["lbd"], _hp("cifar10/catrs-v1/0.25")["p0"]) == (0.5, 1 / 20)
+    assert (_hp("cifar10/catrs-v1/1.00")["lbd"], _hp("cifar10/catrs-v1/1.00")["p0"]) == (2.0, 1 / 10)
+    # CAT-RS's own LeNet schedule: 150 epochs, step 50
+    assert get_preset("mnist/catrs/0.25").config["epochs"] == 150
 
 
 def _hp(name):

@@ -7,7 +7,7 @@ lambda, ``num_steps`` = T, ``alpha_step`` = SmoothMix's alpha, ``mix_step`` = 1 
 App. B.2 (MNIST, CIFAR-10) and papers/000 App. C.5 (MNIST, Fashion-MNIST, CIFAR-10/100), which
 agree except where a row's note says otherwise.  ``source`` names the table a preset
 reproduces, as in ``shared/reference/paper_results.tsv`` ("papers/000 Table 3" is its
-``000:Table3``).  CAT-RS presets come with the CAT-RS method.
+``000:Table3``).  CAT-RS presets (:data:`CATRS_ROWS`) use CAT-RS's own schedule on LeNet.
 
 Training schedules (:data:`SCHEDULES`): SGD, momentum 0.9, weight decay 1e-4, batch 256 (MACER
 64), no Nesterov (SPEC.md 2).  CIFAR-10/100: ResNet-110, lr 0.1, 150 epochs, x0.1 every 50 (the
@@ -223,5 +223,45 @@ def build(row: Row) -> Preset:
                   source=SOURCES.get((dataset, sigma), TABLES[dataset]), note=_note(dataset, method, sigma))
 
 
+# -- CAT-RS (papers/000 App. C.5: published version; papers/001 App. B.2: first version) --------
+#: CAT-RS's own LeNet schedule: 150 epochs, x0.1 every 50 (papers/001 Sec. 4; papers/000 App. C)
+CATRS_LENET = dict(arch="lenet", lr=0.01, epochs=150, lr_step=50)
+_CAT = dict(num_noise=4, num_steps=4, eps=1.0)  # "we fix M = 4, T = 4, and eps = 1.0"
+
+CATRS_ROWS: List[Tuple[str, str, float, Dict[str, Any], str]] = [
+    # (dataset, method, sigma, hyperparameters, table reproduced)
+    *[("mnist", "catrs", s, dict(_CAT, lbd=1.0), "papers/000 Table 3") for s in (0.25, 0.50, 1.00)],
+    *[("fashion-mnist", "catrs", s, dict(_CAT, lbd=1.0), "papers/000 Table 4") for s in (0.25, 0.50, 1.00)],
+    *[("cifar10", "catrs", s, dict(_CAT, lbd=lbd), "papers/000 App. C.5 (its CIFAR-10 table is in the "
+       "main text, not in shared/papers)") for s, lbd in ((0.25, 0.5), (0.50, 1.0), (1.00, 2.0))],
+    *[("cifar100", "catrs", s, dict(_CAT, lbd=lbd), "papers/000 Table 5" if s < 1 else
+       "papers/000 App. C.5 (Table 5 omits sigma 1.0)") for s, lbd in ((0.25, 0.5), (0.50, 1.0), (1.00, 2.0))],
+    # ImageNet: lambda 2.0, M 2, T 1, K ~ Bin(M, y_hat_y), eps 2.0 for the last 10 of 90 epochs
+    ("imagenet", "catrs", 1.00, dict(num_noise=2, num_steps=1, eps=1.0, lbd=2.0, confidence_mask=True,
+                                     eps_double_epoch=80), "papers/000 Table 6"),
+    # first version: p0 1/5 and lambda 1.0 (MNIST); lambda 0.5 / 2.0 / 2.0, p0 1/20 / 1/10 / 1/10 (CIFAR-10)
+    *[("mnist", "catrs-v1", s, dict(_CAT, lbd=1.0, p0=1 / 5), "papers/001 Table 1") for s in (0.25, 0.50, 1.00)],
+    *[("cifar10", "catrs-v1", s, dict(_CAT, lbd=lbd, p0=p0), "papers/001 Table 2")
+      for s, lbd, p0 in ((0.25, 0.5, 1 / 20), (0.50, 2.0, 1 / 10), (1.00, 2.0, 1 / 10))],
+]
+NOTES[("imagenet", "catrs")] = ("papers/000 Sec. F: lr x0.1 every 30 epochs and again for the last 5 "
+                                "(milestones 30, 60, 85); eps doubled to 2.0 for the last 10 epochs")
+
+
+def build_catrs(row: Tuple[str, str, float, Dict[str, Any], str]) -> Preset:
+    """The :class:`Preset` of one row of :data:`CATRS_ROWS` (CAT-RS trains 150 / 50 on LeNet)."""
+    dataset, method, sigma, hparams, source = row
+    config = {**COMMON, **SCHEDULES[dataset]}
+    if config["arch"] == "lenet":
+        config.update(CATRS_LENET)
+    if dataset == "imagenet":
+        config["milestones"] = [30, 60, 85]
+    note = "; ".join(filter(None, [NOTES.get((dataset, method)), NOTES.get((method,))])) or None
+    return Preset(dataset=dataset, method=method, sigma=sigma, hparams=dict(hparams), config=config,
+                  source=source, note=note)
+
+
 for _row in ROWS:
     add_preset(build(_row))
+for _row in CATRS_ROWS:
+    add_preset(build_catrs(_row))
