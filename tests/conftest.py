@@ -1,8 +1,34 @@
-"""Suite-wide settings.
+"""Suite-wide settings and shared checks.
 
 One intra-op thread: the tests run small convolutions, for which a second OpenMP thread gains
 little, and on a shared 2-core machine oversubscribed threads made them ~10x slower.
 """
+import pytest
 import torch
 
+from rsmooth.engine import read_checkpoint, train
+
 torch.set_num_threads(1)
+
+QUIET = dict(progress=False, log=lambda s: None)
+
+
+@pytest.fixture
+def check_resume(tmp_path):
+    """``check_resume(config, reference=None)``: stop a run after epoch 1, resume it, and assert
+    its weights and per-epoch losses equal those of ``reference`` (a finished run's folder with
+    the same config; trained here when None).  Returns (reference checkpoint, resumed result)."""
+
+    def run(config, reference=None):
+        if reference is None:
+            reference = tmp_path / "full"
+            train(config, reference, **QUIET)
+        train(config, tmp_path / "part", stop_after_epoch=1, **QUIET)
+        resumed = train(config, tmp_path / "part", resume=True, **QUIET)
+        full = read_checkpoint(reference)
+        a, b = full["state_dict"], resumed.model.state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k].cpu()) for k in a)
+        assert [h["loss"] for h in full["history"]] == [h["loss"] for h in resumed.history]
+        return full, resumed
+
+    return run

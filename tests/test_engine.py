@@ -20,14 +20,8 @@ def _config(**kw):
     return TrainConfig(**base)
 
 
-def test_resume_after_kill_is_bit_identical(tmp_path):
-    full = train(_config(), tmp_path / "full", **QUIET)
-    train(_config(), tmp_path / "part", stop_after_epoch=1, **QUIET)
-    assert read_checkpoint(tmp_path / "part")["epoch"] == 1
-    resumed = train(_config(), tmp_path / "part", resume=True, **QUIET)
-    a, b = full.model.state_dict(), resumed.model.state_dict()
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert [h["loss"] for h in full.history] == [h["loss"] for h in resumed.history]
+def test_resume_after_kill_is_bit_identical(tmp_path, check_resume):
+    check_resume(_config())
     ck = read_checkpoint(tmp_path / "part" / "checkpoint.pt")
     for key in ("state_dict", "optimizer", "scheduler", "epoch", "rng", "config", "seed",
                 "rsmooth_version", "data_fingerprint", "sigma", "arch", "dataset"):

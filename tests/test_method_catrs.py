@@ -427,16 +427,11 @@ def test_cli_catrs_train_then_certify(catrs_run, tmp_path):
     assert all(math.isfinite(h["loss_high"]) and 0 <= h["mask_frac"] <= 1 for h in ck["history"])
 
 
-def test_catrs_resume_is_bit_identical(catrs_run, tmp_path):
+def test_catrs_resume_is_bit_identical(catrs_run, check_resume):
     """Stopped after epoch 1 and resumed: the same weights as the uninterrupted CLI run."""
     cfg = TrainConfig(dataset="digits", method="catrs", epochs=2, batch_size=128,
                       targets=str(catrs_run / "t.npy"), hparams=dict(E2E_HPARAMS))
-    train(cfg, tmp_path / "part", stop_after_epoch=1, **QUIET)
-    resumed = train(cfg, tmp_path / "part", resume=True, **QUIET)
-    full = read_checkpoint(catrs_run / "r" / "checkpoint.pt")
-    a, b = full["state_dict"], resumed.model.state_dict()
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k].cpu()) for k in a)
-    assert [h["loss"] for h in full["history"]] == [h["loss"] for h in resumed.history]
+    check_resume(cfg, catrs_run / "r")
 
 
 def test_cli_catrs_v1_without_targets(tmp_path):

@@ -7,11 +7,10 @@ from scipy.stats import norm
 
 from rsmooth import RsmoothError
 from rsmooth.cli import main
-from rsmooth.engine import TrainConfig, train
+from rsmooth.engine import TrainConfig
 from rsmooth.methods import Batch, StepContext, create_method
 from rsmooth.methods.macer import macer_loss
 
-QUIET = dict(progress=False, log=lambda s: None)
 
 # [B=6, k=2, K=3] fixed logits and labels; the comment says which case each example exercises
 LOGITS = [
@@ -139,16 +138,11 @@ def test_cli_train_and_certify(tmp_path):
     assert len((tmp_path / "c.tsv").read_text().splitlines()) == 4
 
 
-def test_resume_is_bit_identical(tmp_path):
+def test_resume_is_bit_identical(check_resume):
     config = TrainConfig(dataset="digits", method="macer", epochs=2, batch_size=128, lr=0.05, lr_step=1,
                          lr_timing="cohen", seed=2, hparams={"sigma": 0.25, "num_noise": 2, "lbd": 4.0, "deferred": True})
-    full = train(config, tmp_path / "full", **QUIET)
-    train(config, tmp_path / "part", stop_after_epoch=1, **QUIET)
-    resumed = train(config, tmp_path / "part", resume=True, **QUIET)
-    a, b = full.model.state_dict(), resumed.model.state_dict()
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    assert [h["loss"] for h in full.history] == [h["loss"] for h in resumed.history]
+    full, _ = check_resume(config)
     # deferred: lambda = 0 in epoch 0 (loss = L_cls), lambda = 4 after the drop at epoch 1
-    h0, h1 = full.history
+    h0, h1 = full["history"]
     assert h0["loss"] == pytest.approx(h0["loss_cls"], rel=1e-6)
     assert h1["loss"] == pytest.approx(h1["loss_cls"] + 4.0 * h1["loss_rob"], rel=1e-4) and h1["loss_rob"] > 0

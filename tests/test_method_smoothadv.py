@@ -7,13 +7,12 @@ from torch import nn
 
 from rsmooth import RsmoothError
 from rsmooth.cli import main
-from rsmooth.engine import TrainConfig, read_checkpoint, train
+from rsmooth.engine import TrainConfig
 from rsmooth.methods import Batch, StepContext, create_method
 from rsmooth.methods import smoothadv as sa
 from rsmooth.methods.smoothadv import smoothadv_loss
 
 B, M, K, SHAPE = 4, 3, 5, (1, 2, 2)
-QUIET = dict(progress=False, log=lambda s: None)
 
 
 def _linear(seed=0):
@@ -149,14 +148,9 @@ def test_cli_train_and_certify(cli_run, tmp_path, capsys):
     assert "eps must be >= 0" in capsys.readouterr().err
 
 
-def test_resume_is_bit_identical(cli_run, tmp_path):
+def test_resume_is_bit_identical(cli_run, check_resume):
     """Stopped after epoch 1 (inside the eps warm-up) and resumed == the uninterrupted CLI run."""
     config = TrainConfig(dataset="digits", method="smoothadv", epochs=2, batch_size=256, seed=5,
                          hparams={"sigma": 0.25, **HP})
-    train(config, tmp_path, stop_after_epoch=1, **QUIET)
-    resumed = train(config, tmp_path, resume=True, **QUIET)
-    full = read_checkpoint(cli_run)
-    a, b = full["state_dict"], resumed.model.state_dict()
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert [h["loss"] for h in full["history"]] == [h["loss"] for h in resumed.history]
+    _, resumed = check_resume(config, cli_run)
     assert resumed.history[-1]["adv_l2"] > 0 and resumed.history[-1]["loss_con"] > 0
