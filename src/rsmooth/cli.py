@@ -191,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--batch-size", type=_integer, help="batch size of every model")
     pl.add_argument("--lr", type=float, help="initial learning rate of every model")
     pl.add_argument("--lr-step", type=_integer, help="lr step of every model")
+    pl.add_argument("--lr-timing", choices=["catrs", "cohen"], help="see 'rsmooth train --help'")
     pl.add_argument("--target-samples", type=_integer, default=10_000, help="noises per training image for the targets (papers: 10000)")
     pl.add_argument("--target-augment", action=argparse.BooleanOptionalAction, default=True,
                     help="targets on augmented images drawn once (reference) or plain ones")
@@ -294,7 +295,8 @@ def cmd_pipeline(args: argparse.Namespace) -> None:
     from .engine.pipeline import run_pipeline
 
     overrides = {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
-                 "lr_step": args.lr_step, "data_dir": args.data_dir, "device": args.device}
+                 "lr_step": args.lr_step, "lr_timing": args.lr_timing, "data_dir": args.data_dir,
+                 "device": args.device}
     print(run_pipeline(
         args.out, method=args.recipe, dataset=args.dataset, sigma=args.sigma,
         hparams=_method_args(args), train_overrides=overrides, target_samples=args.target_samples,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import math
 from contextlib import contextmanager
 from typing import Iterator, Optional, Tuple
 
@@ -25,6 +26,11 @@ from .stats import (
     validate_count,
     validate_sigma,
 )
+
+
+#: Noisy samples per forward pass to pass as ``batch_size`` on CPU: throughput peaks at
+#: 100-400 and falls at 1000 and more (bench/certify_throughput.py, BENCHMARKS.md).
+DEFAULT_BATCH_SIZE = 256
 
 
 class Precision(str, enum.Enum):
@@ -51,6 +57,46 @@ def _validate_input(x: torch.Tensor, ndim: int, what: str) -> None:
     check(bool(torch.isfinite(x).all()), f"{what} contains NaN or infinite values")
 
 
+class _NoisyVotes(nn.Module):
+    """votes[g, m] = argmax f(noise[g, m] + x[g, 0]): the unit that ``torch.compile`` sees.
+
+    The noisy input is formed in the noise's dtype (the model's own, float32) and cast once
+    to the sampling precision and memory format, so every mode classifies the same noisy
+    points and the modes differ only in the arithmetic of f.
+    """
+
+    def __init__(self, model: nn.Module, dtype: torch.dtype, channels_last: bool) -> None:
+        super().__init__()
+        self.model = model
+        self.dtype = dtype
+        self.memory_format = torch.channels_last if channels_last else torch.preserve_format
+
+    def forward(self, noise: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """noise [G x M x C x H x W], x [G x 1 x C x H x W] -> votes [G x M] (int64)."""
+        batch = (noise + x).flatten(0, 1).to(self.dtype, memory_format=self.memory_format)
+        return self.model(batch).argmax(dim=1).view(noise.shape[:2])
+
+
+class _Frozen:
+    """``torch.compile(module, dynamic=False)`` with inductor freezing: the weights become
+    constants of the graph, so convolutions and linear layers are fused with their ReLU and
+    run on prepacked oneDNN weights.
+
+    Dynamo must see the flag too (``options={"freezing": True}`` does not reach it), so
+    every call runs under the config patch; compiled code is reused outside it as well.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        from torch._inductor import config  # on demand: only compiled mode needs inductor
+
+        self.config = config
+        self.compiled = torch.compile(module, dynamic=False)
+
+    def __call__(self, *args: torch.Tensor) -> torch.Tensor:
+        with self.config.patch(freezing=True):
+            return self.compiled(*args)
+
+
 class Smooth:
     """A smoothed classifier with Cohen et al.'s PREDICT and CERTIFY.
 
@@ -61,12 +107,19 @@ class Smooth:
         sigma: noise level (standard deviation, [0, 1] pixel units).
         precision: ``"fp32"`` (default) or ``"bf16"`` (weights and inputs in bfloat16;
             faster on CPUs with AMX, votes can differ slightly: record it with results).
-        channels_last: run convolutions in channels-last memory format.
-        compile: ``torch.compile`` the forward pass (inductor, frozen weights).
+        channels_last: run convolutions in channels-last memory format (faster on CPU;
+            needed for bfloat16 to pay).
+        compile: ``torch.compile`` the noisy forward pass (inductor, weights frozen into
+            the graph).  It compiles on first use (seconds, once per batch shape); every
+            forward pass then runs at the full ``batch_size`` (a shorter last batch is
+            padded and the padding's votes dropped), so later calls never recompile.
 
-    With a non-default mode the model is copied and converted; the caller's model is never
-    modified.  Sampling always runs in eval mode under ``torch.inference_mode()`` and the
-    model's train/eval flag is restored afterwards.
+    With a non-default mode the model is copied (a snapshot) and converted; the caller's
+    model is never modified.  Sampling always runs in eval mode under
+    ``torch.inference_mode()`` and the model's train/eval flag is restored afterwards.
+    Noise is drawn in the model's own dtype in every mode, so a generator seed gives the
+    same noisy inputs whatever the mode.  ``DEFAULT_BATCH_SIZE`` is a good ``batch_size``
+    on CPU.
     """
 
     ABSTAIN = -1
@@ -94,14 +147,17 @@ class Smooth:
         self.channels_last = bool(channels_last)
         self.compile = bool(compile)
         self.device = _model_device(base_classifier)
+        self._noise_dtype = _model_dtype(base_classifier)
         self._model = self._prepare(base_classifier)
-        self._dtype = torch.bfloat16 if self.precision is Precision.BF16 else _model_dtype(base_classifier)
-        self._compiled = None
-        self._noise: Optional[torch.Tensor] = None  # reused noise buffer
+        dtype = torch.bfloat16 if self.precision is Precision.BF16 else self._noise_dtype
+        self._votes = _NoisyVotes(self._model, dtype, self.channels_last)
+        if self.compile:
+            self._votes = _Frozen(self._votes)
+        self._noise: Optional[torch.Tensor] = None  # flat storage of the reused noise buffer
 
     # -- configuration -------------------------------------------------------------------
     def _prepare(self, model: nn.Module) -> nn.Module:
-        if self.precision is Precision.FP32 and not self.channels_last:
+        if self.precision is Precision.FP32 and not self.channels_last and not self.compile:
             return model
         model = copy.deepcopy(model)
         if self.precision is Precision.BF16:
@@ -109,13 +165,6 @@ class Smooth:
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         return model
-
-    def _forward(self):
-        if not self.compile:
-            return self._model
-        if self._compiled is None:
-            self._compiled = torch.compile(self._model, mode="max-autotune-no-cudagraphs", dynamic=False)
-        return self._compiled
 
     def mode(self) -> dict:
         """The sampling options, for recording next to results."""
@@ -136,17 +185,30 @@ class Smooth:
                 m.train(was_training)
 
     # -- sampling ------------------------------------------------------------------------
-    def _buffer(self, rows: int, item_shape: Tuple[int, ...]) -> torch.Tensor:
-        """A [rows x C x H x W] view of one reused buffer (never materialise all n copies)."""
-        buf = self._noise
-        if buf is None or buf.shape[1:] != torch.Size(item_shape) or buf.shape[0] < rows:
-            fmt = torch.channels_last if self.channels_last and len(item_shape) == 3 else torch.contiguous_format
-            buf = torch.empty((rows, *item_shape), dtype=self._dtype, device=self.device, memory_format=fmt)
-            self._noise = buf
-        return buf[:rows]
+    def _buffer(self, shape: Tuple[int, ...]) -> torch.Tensor:
+        """A contiguous view of one reused buffer (never materialise all n copies)."""
+        numel = math.prod(shape)
+        if self._noise is None or self._noise.numel() < numel:
+            # zeros: padded rows of compiled mode are classified (never counted) before
+            # they hold noise
+            self._noise = torch.zeros(numel, dtype=self._noise_dtype, device=self.device)
+        return self._noise[:numel].view(shape)
 
-    def _votes(self, batch: torch.Tensor) -> torch.Tensor:
-        return self._forward()(batch).argmax(dim=1)
+    def _sample(self, images: torch.Tensor, copies: int, shape: Tuple[int, int],
+                generator: Optional[torch.Generator]) -> torch.Tensor:
+        """Votes [len(images) x copies] of f on fresh noisy copies of each image.
+
+        ``shape`` (G images x M copies) is one full forward pass; compiled mode always runs
+        it whole (padding the last one), so the graph sees a single shape.
+        """
+        g = images.shape[0]
+        noise = self._buffer((*shape, *images.shape[1:]))
+        noise[:g, :copies].normal_(0.0, self.sigma, generator=generator)
+        if not self.compile:
+            noise = noise[:g, :copies]
+        elif g < shape[0]:
+            images = torch.cat([images, images.new_zeros((shape[0] - g, *images.shape[1:]))])
+        return self._votes(noise, images.unsqueeze(1))[:g, :copies]
 
     def count_votes(
         self,
@@ -174,31 +236,18 @@ class Smooth:
             return self._count(xs, num, batch_size, generator)
 
     def _count(self, xs, num, batch_size, generator) -> torch.Tensor:
-        xs = xs.to(device=self.device, dtype=self._dtype)
-        B, K = xs.shape[0], self.num_classes
-        counts = torch.zeros(B, K, dtype=torch.long, device=self.device)
-        if num >= batch_size or B == 1:
-            # one image at a time, `batch_size` copies per forward pass
-            for b in range(B):
-                x = xs[b]
-                remaining = num
-                while remaining > 0:
-                    m = min(batch_size, remaining)
-                    noisy = self._buffer(m, tuple(x.shape))
-                    noisy.normal_(0.0, self.sigma, generator=generator).add_(x)
-                    counts[b] += torch.bincount(self._votes(noisy), minlength=K)
-                    remaining -= m
-            return counts
-        # several images per forward pass: g images x num copies
-        g = max(1, batch_size // num)
-        for start in range(0, B, g):
-            chunk = xs[start:start + g]
-            gb = chunk.shape[0]
-            noisy = self._buffer(gb * num, tuple(chunk.shape[1:]))
-            noisy.normal_(0.0, self.sigma, generator=generator)
-            noisy.view(gb, num, *chunk.shape[1:]).add_(chunk.unsqueeze(1))
-            votes = self._votes(noisy).view(gb, num)
-            counts[start:start + gb].scatter_add_(1, votes, torch.ones_like(votes))
+        xs = xs.to(device=self.device, dtype=self._noise_dtype)
+        B = xs.shape[0]
+        counts = torch.zeros(B, self.num_classes, dtype=torch.long, device=self.device)
+        if num >= batch_size or B == 1:  # one image per pass, `batch_size` copies
+            shape = (1, batch_size if self.compile else min(num, batch_size))
+        else:  # g images per pass, all `num` copies of each
+            shape = (batch_size // num, num)
+        for start in range(0, B, shape[0]):
+            images = xs[start:start + shape[0]]
+            for done in range(0, num, shape[1]):
+                votes = self._sample(images, min(shape[1], num - done), shape, generator)
+                counts[start:start + len(images)].scatter_add_(1, votes, torch.ones_like(votes))
         return counts
 
     def _count_one(self, x, num, batch_size, generator) -> np.ndarray:
