@@ -11,7 +11,7 @@ import copy
 import enum
 import math
 from contextlib import contextmanager
-from typing import Iterator, Optional, Tuple
+from typing import Callable, Dict, Iterator, Optional, Tuple
 
 import numpy as np
 import torch
@@ -58,7 +58,7 @@ def _validate_input(x: torch.Tensor, ndim: int, what: str) -> None:
 
 
 class _NoisyVotes(nn.Module):
-    """votes[g, m] = argmax f(noise[g, m] + x[g, 0]): the unit that ``torch.compile`` sees.
+    """votes[g, m] = argmax f(noise[g, m] + x[g, 0]): the unit that compiled mode compiles.
 
     The noisy input is formed in the noise's dtype (the model's own, float32) and cast once
     to the sampling precision and memory format, so every mode classifies the same noisy
@@ -77,24 +77,30 @@ class _NoisyVotes(nn.Module):
         return self.model(batch).argmax(dim=1).view(noise.shape[:2])
 
 
-class _Frozen:
-    """``torch.compile(module, dynamic=False)`` with inductor freezing: the weights become
-    constants of the graph, so convolutions and linear layers are fused with their ReLU and
-    run on prepacked oneDNN weights.
+class _Compiled:
+    """A module compiled by inductor with frozen weights, once per input shape.
 
-    Dynamo must see the flag too (``options={"freezing": True}`` does not reach it), so
-    every call runs under the config patch; compiled code is reused outside it as well.
+    ``torch.export`` captures the graph and ``torch._inductor.compile`` builds it with the
+    weights folded into constants (convolutions and linear layers fused with their ReLU, on
+    prepacked oneDNN weights).  Unlike ``torch.compile``, nothing lands in dynamo's caches,
+    which are shared by every instance of a class and stop compiling after 8 of them (later
+    Smooth objects would silently run eagerly): each graph belongs to, and is freed with,
+    this object.  A graph is specialised to the strides of its first inputs (contiguous).
     """
 
     def __init__(self, module: nn.Module) -> None:
-        from torch._inductor import config  # on demand: only compiled mode needs inductor
-
-        self.config = config
-        self.compiled = torch.compile(module, dynamic=False)
+        self.module = module
+        self.graphs: Dict[Tuple[torch.Size, ...], Callable[..., torch.Tensor]] = {}
 
     def __call__(self, *args: torch.Tensor) -> torch.Tensor:
-        with self.config.patch(freezing=True):
-            return self.compiled(*args)
+        key = tuple(a.shape for a in args)
+        if key not in self.graphs:
+            from torch._inductor import compile as inductor_compile, config
+
+            graph = torch.export.export(self.module, args).module()
+            with config.patch(freezing=True):
+                self.graphs[key] = inductor_compile(graph, list(args))
+        return self.graphs[key](*args)
 
 
 class Smooth:
@@ -109,10 +115,11 @@ class Smooth:
             faster on CPUs with AMX, votes can differ slightly: record it with results).
         channels_last: run convolutions in channels-last memory format (faster on CPU;
             needed for bfloat16 to pay).
-        compile: ``torch.compile`` the noisy forward pass (inductor, weights frozen into
-            the graph).  It compiles on first use (seconds, once per batch shape); every
-            forward pass then runs at the full ``batch_size`` (a shorter last batch is
-            padded and the padding's votes dropped), so later calls never recompile.
+        compile: compile the noisy forward pass with inductor, weights frozen into the
+            graph (``torch.export``: the model must be exportable).  It compiles on first
+            use (seconds, once per batch shape); every forward pass then runs at the full
+            ``batch_size`` (a shorter last batch is padded and the padding's votes
+            dropped), so later calls never recompile.
 
     With a non-default mode the model is copied (a snapshot) and converted; the caller's
     model is never modified.  Sampling always runs in eval mode under
@@ -152,7 +159,7 @@ class Smooth:
         dtype = torch.bfloat16 if self.precision is Precision.BF16 else self._noise_dtype
         self._votes = _NoisyVotes(self._model, dtype, self.channels_last)
         if self.compile:
-            self._votes = _Frozen(self._votes)
+            self._votes = _Compiled(self._votes)
         self._noise: Optional[torch.Tensor] = None  # flat storage of the reused noise buffer
 
     # -- configuration -------------------------------------------------------------------
@@ -236,7 +243,7 @@ class Smooth:
             return self._count(xs, num, batch_size, generator)
 
     def _count(self, xs, num, batch_size, generator) -> torch.Tensor:
-        xs = xs.to(device=self.device, dtype=self._noise_dtype)
+        xs = xs.to(device=self.device, dtype=self._noise_dtype).contiguous()
         B = xs.shape[0]
         counts = torch.zeros(B, self.num_classes, dtype=torch.long, device=self.device)
         if num >= batch_size or B == 1:  # one image per pass, `batch_size` copies
