@@ -1,5 +1,5 @@
 """Randomized smoothing: the smoothed classifier and its statistics (Cohen et al. 2019)."""
-from .smooth import Precision, Smooth
+from .smooth import DEFAULT_BATCH_SIZE, Precision, Smooth
 from .stats import (
     binom_pvalue,
     certified_radius,
@@ -9,9 +9,6 @@ from .stats import (
     validate_count,
     validate_sigma,
 )
-
-#: noisy samples per forward pass when none is given (see BENCHMARKS.md)
-DEFAULT_BATCH_SIZE = 400
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",

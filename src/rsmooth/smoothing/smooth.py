@@ -28,8 +28,9 @@ from .stats import (
 )
 
 
-#: Noisy samples per forward pass to pass as ``batch_size`` on CPU: throughput peaks at
-#: 100-400 and falls at 1000 and more (bench/certify_throughput.py, BENCHMARKS.md).
+#: Noisy samples per forward pass to pass as ``batch_size`` on CPU: within ~15% of the best
+#: batch size for LeNet and CIFAR ResNet-20 in every mode, where 1000 loses up to 45%
+#: (``bench/certify_throughput.py --sweep``, BENCHMARKS.md).
 DEFAULT_BATCH_SIZE = 256
 
 
