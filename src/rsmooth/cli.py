@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                        help="bf16: weights and noisy inputs in bfloat16 (faster on AMX CPUs; recorded in OUT.json)")
         c.add_argument("--channels-last", action="store_true", help="channels-last memory format (faster convolutions on CPU)")
-        c.add_argument("--compile", action="store_true", help="torch.compile the model (slow start, faster sampling)")
+        c.add_argument("--compile", action="store_true", help="compile the noisy forward pass (torch.export + inductor with frozen weights; seconds to start, then faster; recorded in OUT.json)")
         c.add_argument("--out", required=True, help="output TSV")
         c.add_argument("--overwrite", action="store_true", help="replace --out instead of continuing it")
         _add_common_data(c)
