@@ -14,12 +14,11 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-import torch
 
 from ..errors import RsmoothError, check
 from ..metrics import CertifyWriter, read_sidecar, sidecar_path, write_sidecar
 from ..smoothing import Smooth, validate_alpha, validate_count, validate_sigma
-from .checkpoint import file_sha256, git_commit, load_model, versions
+from .checkpoint import file_sha256, resolve_device, git_commit, load_model, versions
 from .seeding import generator
 
 #: sidecar fields that must agree for a run to continue an existing TSV
@@ -69,7 +68,7 @@ def run_certification(
     batch_size = validate_count("batch_size", batch_size or DEFAULT_BATCH_SIZE)
     loaded = load_model(checkpoint, dataset=dataset)
     sigma = validate_sigma(sigma if sigma is not None else _require_sigma(loaded))
-    dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = resolve_device(device)
     model = loaded.model.to(dev)
     data = get_dataset(loaded.dataset, split, data_dir=data_dir)
     indices = certify_indices(len(data), skip=skip, max=max)

@@ -49,6 +49,16 @@ def atomic_save(obj: Any, path: Union[str, Path]) -> None:
         raise
 
 
+def resolve_device(name: Optional[str]) -> torch.device:
+    """The device named by ``--device``, or cuda when available, else cpu."""
+    if name:
+        try:
+            return torch.device(name)
+        except RuntimeError:
+            raise RsmoothError(f"unknown device {name!r}; use cpu, cuda or cuda:N") from None
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def resolve_checkpoint_path(path: Union[str, Path]) -> Path:
     """A checkpoint file, or a training output folder holding ``checkpoint.pt``."""
     p = Path(path)
@@ -75,7 +85,7 @@ def read_checkpoint(path: Union[str, Path]) -> Dict[str, Any]:
     return obj
 
 
-def file_sha256(path: Union[str, Path], limit: Optional[int] = None) -> str:
+def file_sha256(path: Union[str, Path]) -> str:
     """Hex sha256 of a file (recorded with results to identify the checkpoint)."""
     import hashlib
 

@@ -28,7 +28,7 @@ import torch
 
 from ..errors import RsmoothError, check
 from ..smoothing import Smooth, validate_count, validate_sigma
-from .checkpoint import file_sha256, load_model, versions
+from .checkpoint import file_sha256, resolve_device, load_model, versions
 from .seeding import generator
 
 #: images per resumable block (fixed, so seeds and augmentation do not depend on restarts)
@@ -84,7 +84,7 @@ def compute_targets(
     check(sigma is not None or loaded.sigma is not None,
           f"checkpoint {loaded.path} does not record sigma; pass --sigma (0.25 in the papers)")
     sigma = validate_sigma(sigma if sigma is not None else loaded.sigma)
-    dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = resolve_device(device)
     data = get_dataset(loaded.dataset, "train", data_dir=data_dir)
     smooth = Smooth(loaded.model.to(dev), loaded.num_classes, sigma, precision=precision,
                     channels_last=channels_last)

@@ -28,7 +28,8 @@ from torch import nn
 from .. import __version__
 from ..errors import RsmoothError, check
 from ..methods import Batch, Method, StepContext, create_method
-from .checkpoint import CHECKPOINT_NAME, FORMAT, atomic_save, git_commit, read_checkpoint, versions
+from .checkpoint import (CHECKPOINT_NAME, FORMAT, atomic_save, git_commit, read_checkpoint,
+                         resolve_device, versions)
 from .seeding import derive_seed, generator
 
 #: learning rate and epochs when none is given (SPEC.md 2); presets refine these per paper
@@ -113,15 +114,6 @@ class TrainResult:
     checkpoint: Path
     history: List[Dict[str, Any]]
     model: nn.Module
-
-
-def _device(name: Optional[str]) -> torch.device:
-    if name:
-        try:
-            return torch.device(name)
-        except RuntimeError:
-            raise RsmoothError(f"unknown device {name!r}; use cpu, cuda or cuda:N") from None
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _progress(total: int, desc: str, enabled: bool):
@@ -234,7 +226,7 @@ def train(
     c = config.resolved()
     method: Method = create_method(c.method, **c.hparams)
     c.hparams = method.hparams()
-    device = _device(c.device)
+    device = resolve_device(c.device)
     out_dir = Path(out)
     ckpt_path = out_dir / CHECKPOINT_NAME
 
