@@ -10,15 +10,16 @@ The python version (what torchvision and Cohen et al.'s code download) holds the
 in pickled dicts, ``cifar-10-batches-py/data_batch_{1..5}`` / ``test_batch`` with
 ``b"data"`` (uint8 [N, 3072], same pixel order) and ``b"labels"``, and
 ``cifar-100-python/train`` / ``test`` with ``b"fine_labels"``.  They are read with a
-restricted unpickler that builds only numpy arrays, lists, dicts and strings
+restricted unpickler that builds only numpy arrays and plain containers, numbers and strings
 (:func:`parse_cifar_pickle`): any other global in the file is refused, never imported.
 
 A dataset is found in ``<root>/cifar10/`` (``<root>/cifar100/``) or in ``<root>`` itself
 (where torchvision's ``root`` puts it), as an archive (``cifar-10-binary.tar.gz``,
 ``cifar-10-python.tar.gz``: read in place, nothing is extracted; its published MD5 is checked)
 or its extracted folder, binary before python.  Search order: ``data_dir``, ``$RSMOOTH_DATA``,
-the download cache; then the binary archive is downloaded and its published MD5 verified.  Training augmentation: random crop 32 with
-zero padding 4 + horizontal flip (p = 0.5), batched, from the caller's generator.
+the download cache; then the binary archive is downloaded and its published MD5 verified.
+Training augmentation: random crop 32 with zero padding 4 + horizontal flip (p = 0.5),
+batched, from the caller's generator.
 Normalisation constants (in the model, SPEC.md 1/3) are those of the public checkpoints.
 """
 from __future__ import annotations
@@ -163,7 +164,8 @@ def parse_cifar_pickle(raw: bytes, label_key: bytes, num_classes: int, source: s
 
     ``raw`` is the pickled dict of the official python release (protocol 2, written by
     Python 2); ``label_key`` is ``b"labels"`` (CIFAR-10) or ``b"fine_labels"`` (CIFAR-100).
-    Only numpy arrays, lists, dicts and strings are built; any other global is refused.
+    Only numpy arrays and plain containers, numbers and strings are built; any other global
+    is refused.
     """
     try:
         batch = _ArrayUnpickler(io.BytesIO(raw), encoding="bytes").load()
