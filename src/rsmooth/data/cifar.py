@@ -246,7 +246,7 @@ def _read_archive(path: Path, folder: str, names: Sequence[str]) -> List[Tuple[s
 
 
 class _Cifar(InMemoryDataset):
-    """Common reader of the CIFAR binary releases; subclasses set ``info``."""
+    """Common reader of the CIFAR binary and python releases; subclasses set ``info``."""
 
     @classmethod
     def _layout(cls) -> CifarLayout:
