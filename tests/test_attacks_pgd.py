@@ -8,6 +8,7 @@ from torch import nn
 from rsmooth import RsmoothError
 from rsmooth.attacks import (ddn_smoothed_input, ddn_step_sizes, l2_normalize, pgd_smoothed_input,
                              project_l2, smoothed_log_prob, smoothed_vote)
+from rsmooth.attacks.ddn import quantize_toward_zero
 
 B, M, K, SHAPE = 5, 3, 4, (1, 3, 3)
 
@@ -220,6 +221,48 @@ def test_ddn_result_in_the_ball_and_box(quantize):
     assert adv.min() >= 0 and adv.max() <= 1
     if quantize:
         assert torch.allclose(adv * 255, (adv * 255).round(), atol=1e-3)
+
+
+def test_ddn_keeps_an_on_grid_delta_inside_the_ball_exactly():
+    """A result already on the 8-bit grid and inside the eps-ball is not re-quantised (it used to
+    lose a level on most pixels through trunc(k/255 - j/255))."""
+    model = _linear(seed=3)
+    x, y, noises = _data()
+    x = (x * 255).round() / 255
+    free = ddn_smoothed_input(model, x, y, noises, eps=None, num_steps=20)
+    assert (_norms(free - x) > 0).any()
+    assert torch.equal(ddn_smoothed_input(model, x, y, noises, eps=100.0, num_steps=20), free)
+
+
+def test_quantize_toward_zero_keeps_grid_values_and_truncates_the_rest():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (4, 3, 8, 8), generator=g).float() / 255
+    target = torch.randint(0, 256, x.shape, generator=g).float() / 255
+    delta = target - x                                           # on the grid up to float error
+    levels = delta.double() * 255
+    assert (levels - levels.round()).abs().max() > 0             # ... but not exactly
+    assert torch.equal(quantize_toward_zero(delta, 255.0) * 255, (delta * 255).round())
+    assert ((delta * 255).trunc() != (delta * 255).round()).float().mean() > 0.3  # what trunc did
+
+    scaled = project_l2(delta, 0.5)                              # every row is projected
+    out = quantize_toward_zero(scaled, 255.0)
+    assert (_norms(out) <= 0.5 + 1e-6).all()
+    assert (x + out).min() >= 0 and (x + out).max() <= 1
+    assert torch.allclose(out * 255, (out * 255).round(), atol=1e-4)
+    assert ((out - scaled).abs() < 1 / 255).all() and (out.abs() <= scaled.abs() + 1e-5).all()
+
+
+def test_ddn_projected_rows_stay_in_the_ball_and_box_on_the_grid():
+    model = _linear(seed=3)
+    x, y, noises = _data()
+    x = (x * 255).round() / 255
+    free = ddn_smoothed_input(model, x, y, noises, eps=None, num_steps=20)
+    norms = _norms(free - x)
+    eps = float(norms[norms > 0].min()) / 2                      # every moved row gets projected
+    adv = ddn_smoothed_input(model, x, y, noises, eps=eps, num_steps=20)
+    assert (_norms(adv - x) <= eps + 1e-6).all()
+    assert adv.min() >= 0 and adv.max() <= 1
+    assert torch.allclose(adv * 255, (adv * 255).round(), atol=1e-3)
 
 
 def test_ddn_returns_the_smallest_adversarial_found_or_the_clean_input():

@@ -37,7 +37,7 @@ def test_train_certify_analyze(trained, tmp_path, capsys):
 
     code, out, _ = run(capsys, "analyze", tsv, "--json", "--radii", 0, 0.25)
     data = json.loads(out)
-    assert code == 0 and data["files"][0]["n"] == 12
+    assert code == 0 and data["files"][0]["num_examples"] == 12
     assert set(data["files"][0]["certified_accuracy"]) == {"0.0", "0.25"}
     png = tmp_path / "p.png"
     code, out, _ = run(capsys, "analyze", tsv, "--plot", png, "--format", "latex")

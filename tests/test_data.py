@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import os
+import pickle
 import struct
 import tarfile
 from pathlib import Path
@@ -43,8 +45,9 @@ DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
 
 @pytest.fixture(autouse=True)
 def _isolated_roots(monkeypatch, tmp_path):
-    """No user data root, and a private download cache, in every test."""
+    """No user data roots, and a private download cache, in every test."""
     monkeypatch.delenv("RSMOOTH_DATA", raising=False)
+    monkeypatch.delenv("IMAGENET_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
 
 
@@ -113,6 +116,58 @@ def write_cifar(root: Path, name: str, per_file: int, archive: bool) -> dict:
             (folder / member).parent.mkdir(parents=True, exist_ok=True)
             (folder / member).write_bytes(raw)
     return expected
+
+
+class Py2Pickler(pickle._Pickler):
+    """Pickles as Python 2's cPickle wrote the official CIFAR python batches (protocol 2):
+    str and bytes both as py2 ``str`` (SHORT_BINSTRING / BINSTRING), read back as bytes."""
+
+    dispatch = dict(pickle._Pickler.dispatch)
+
+    def _save_py2_str(self, obj):
+        data = obj.encode("latin-1") if isinstance(obj, str) else obj
+        n = len(data)
+        self.write((b"U" + bytes([n]) if n < 256 else b"T" + struct.pack("<i", n)) + data)
+        self.memoize(obj)
+
+    dispatch[bytes] = _save_py2_str
+    dispatch[str] = _save_py2_str
+
+
+def py2_pickle(obj) -> bytes:
+    buf = io.BytesIO()
+    Py2Pickler(buf, protocol=2).dump(obj)
+    # the official files were written by numpy < 2, whose _reconstruct lives in numpy.core
+    return buf.getvalue().replace(b"cnumpy._core.multiarray\n", b"cnumpy.core.multiarray\n")
+
+
+def write_cifar_python(folder: Path, name: str, per_file: int, archive: bool) -> None:
+    """The same images and labels as :func:`write_cifar`, in the official python layout."""
+    binary, py = cifar_mod.LAYOUTS[name], cifar_mod.PYTHON_LAYOUTS[name]
+    folder.mkdir(parents=True, exist_ok=True)
+    members, seed = {}, 0
+    for split, files in py.files.items():
+        for f in files:
+            _, x, y = cifar_records(per_file, binary.label_bytes, binary.num_classes, seed)
+            seed += 1
+            batch = {"batch_label": f"{f} of 1", "data": x.reshape(len(x), -1),
+                     "filenames": [f"img_{i}.png" for i in range(len(x))]}
+            if name == "cifar10":
+                batch["labels"] = [int(v) for v in y]
+            else:
+                batch["fine_labels"] = [int(v) for v in y]
+                batch["coarse_labels"] = [int(v) // 5 for v in y]
+            members[f"{py.folder}/{f}"] = py2_pickle(batch)
+    if archive:
+        with tarfile.open(folder / py.archive, "w:gz") as tar:
+            for member, raw in members.items():
+                info = tarfile.TarInfo(member)
+                info.size = len(raw)
+                tar.addfile(info, io.BytesIO(raw))
+    else:
+        for member, raw in members.items():
+            (folder / member).parent.mkdir(parents=True, exist_ok=True)
+            (folder / member).write_bytes(raw)
 
 
 # ----------------------------------------------------------------------------- registry
@@ -360,6 +415,71 @@ def test_cifar_rejects_corrupt(tmp_path):
         get_dataset("cifar10", "test", data_dir=tmp_path, download=False)
 
 
+@pytest.mark.parametrize("name", ["cifar10", "cifar100"])
+@pytest.mark.parametrize("archive", [True, False])
+def test_cifar_python_reader_matches_the_binary_one(tmp_path, name, archive):
+    write_cifar(tmp_path / "bin", name, per_file=3, archive=False)
+    write_cifar_python(tmp_path / "py" / name, name, per_file=3, archive=archive)
+    py = cifar_mod.PYTHON_LAYOUTS[name]
+    assert b"cnumpy.core.multiarray\n_reconstruct" in py2_pickle(np.zeros(1, np.uint8))  # as the official files
+    for split in ("train", "test"):
+        with pytest.warns(DataIntegrityWarning):
+            ref = get_dataset(name, split, data_dir=tmp_path / "bin", download=False)
+        with pytest.warns(DataIntegrityWarning):  # archive MD5 / split size differ from the official
+            ds = get_dataset(name, split, data_dir=tmp_path / "py", download=False)
+        assert ds.source.endswith(py.archive if archive else py.folder)
+        assert torch.equal(ds.images, ref.images) and torch.equal(ds.targets, ref.targets)
+        assert ds.images.shape[1:] == (3, 32, 32) and ds.num_classes == ref.num_classes
+
+
+def test_cifar_python_folder_in_the_root_itself_as_torchvision_keeps_it(tmp_path):
+    write_cifar(tmp_path / "bin", "cifar10", per_file=2, archive=False)
+    write_cifar_python(tmp_path / "cache", "cifar10", per_file=2, archive=False)  # <root>/cifar-10-batches-py
+    with pytest.warns(DataIntegrityWarning):
+        ref = get_dataset("cifar10", "test", data_dir=tmp_path / "bin", download=False)
+    with pytest.warns(DataIntegrityWarning):
+        ds = get_dataset("cifar10", "test", data_dir=tmp_path / "cache", download=False)
+    assert ds.source == str(tmp_path / "cache" / "cifar-10-batches-py")
+    assert torch.equal(ds.images, ref.images)
+
+
+class _Exploit:
+    def __reduce__(self):
+        return os.system, ("touch pwned",)
+
+
+def test_cifar_python_refuses_other_globals_and_garbage(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "cifar10" / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    target = folder / "test_batch"
+    target.write_bytes(py2_pickle({"data": _Exploit(), "labels": [0]}))
+    with pytest.raises(RsmoothError, match=r"test_batch is not a CIFAR python batch \(refusing to load "
+                                            r"the global (os|posix)\.system\)") as e:
+        get_dataset("cifar10", "test", data_dir=tmp_path, download=False)
+    assert "\n" not in str(e.value) and not (tmp_path / "pwned").exists()
+    for raw, message in [(py2_pickle({"data": np.zeros((2, 3072), np.uint8), "labels": [0, 10]}), "label 10"),
+                         (py2_pickle({"data": np.zeros((2, 3072), np.uint8), "labels": [0]}), "labels is not 2"),
+                         (py2_pickle({"data": np.zeros((2, 5), np.uint8), "labels": [0, 1]}), "uint8 array"),
+                         (py2_pickle([1, 2]), "a list, not a dict"),
+                         (py2_pickle({"data": np.zeros((2, 3072), np.uint8)})[:-40], "corrupt or truncated")]:
+        target.write_bytes(raw)
+        with pytest.raises(RsmoothError, match=message):
+            get_dataset("cifar10", "test", data_dir=tmp_path, download=False)
+
+
+def test_cifar_not_found_names_every_place_and_layout(tmp_path, monkeypatch):
+    monkeypatch.setenv("RSMOOTH_DATA", str(tmp_path / "env"))
+    with pytest.raises(RsmoothError) as e:
+        get_dataset("cifar100", "test", data_dir=tmp_path / "given", download=False)
+    message = str(e.value)
+    places = [tmp_path / "given" / "cifar100", tmp_path / "given", tmp_path / "env" / "cifar100",
+              tmp_path / "env", tmp_path / "xdg-cache" / "rsmooth" / "data" / "cifar100"]
+    assert ", ".join(map(str, places)) in message
+    for layout in ("cifar-100-binary/", "cifar-100-binary.tar.gz", "cifar-100-python/", "cifar-100-python.tar.gz"):
+        assert layout in message
+
+
 # ----------------------------------------------------------------------------- augmentation
 
 
@@ -510,6 +630,30 @@ def test_imagenet_folders(tmp_path):
     assert 0.0 <= float(a.min()) and float(a.max()) <= 1.0
     fp = train.fingerprint()
     assert fp["length"] == 9 and fp == get_dataset("imagenet", "train", data_dir=tmp_path).fingerprint()
+
+
+def test_imagenet_from_the_imagenet_dir_variable(tmp_path, monkeypatch):
+    make_imagenet(tmp_path / "ILSVRC")  # Cohen et al.'s $IMAGENET_DIR holds train/ and val/
+    monkeypatch.setenv("IMAGENET_DIR", str(tmp_path / "ILSVRC"))
+    test = get_dataset("imagenet", "test")
+    assert test.source == str(tmp_path / "ILSVRC" / "val") and len(test) == 6
+    make_imagenet(tmp_path / "given" / "imagenet")  # data_dir comes first
+    assert get_dataset("imagenet", "test", data_dir=tmp_path / "given").source == \
+        str(tmp_path / "given" / "imagenet" / "val")
+
+
+def test_imagenet_not_found_names_every_place(tmp_path, monkeypatch):
+    cache = tmp_path / "xdg-cache" / "rsmooth" / "data" / "imagenet"
+    with pytest.raises(RsmoothError, match=f"looked in {cache}; data_dir, \\$RSMOOTH_DATA, \\$IMAGENET_DIR "
+                                           f"not set\\).*\\$IMAGENET_DIR"):
+        get_dataset("imagenet", "test")
+    monkeypatch.setenv("IMAGENET_DIR", str(tmp_path / "inet"))
+    monkeypatch.setenv("RSMOOTH_DATA", str(tmp_path / "env"))
+    places = [tmp_path / "d" / "imagenet", tmp_path / "d", tmp_path / "env" / "imagenet", tmp_path / "env",
+              tmp_path / "inet", cache]
+    with pytest.raises(RsmoothError) as e:
+        get_dataset("imagenet", "test", data_dir=tmp_path / "d")
+    assert f"(looked in {', '.join(map(str, places))}); " in str(e.value)
 
 
 def test_imagenet_errors(tmp_path):

@@ -7,6 +7,7 @@ import pytest
 from rsmooth.cli import build_parser, main, train_config_from_args
 from rsmooth.data import DATASETS
 from rsmooth.engine import TrainConfig
+from rsmooth.engine.train import lr_factor
 from rsmooth.errors import RsmoothError
 from rsmooth.methods import METHODS, create_method
 from rsmooth.presets import PRESETS, Preset, add_preset, get_preset
@@ -59,7 +60,7 @@ def test_catrs_presets_follow_the_appendices():
     imagenet = get_preset("imagenet/catrs/1.00")
     assert imagenet.hparams["confidence_mask"] and imagenet.hparams["eps_double_epoch"] == 80
     assert (imagenet.hparams["num_noise"], imagenet.hparams["num_steps"], imagenet.hparams["lbd"]) == (2, 1, 2.0)
-    assert imagenet.config["milestones"] == [30, 60, 85]
+    assert "2212.09000" in imagenet.note and "85-89" in imagenet.note
     # papers/001 App. B.2: p0 1/5 (MNIST); lambda 0.5, p0 1/20 at CIFAR sigma 0.25; 2.0, 1/10 above
     assert _hp("mnist/catrs-v1/1.00")["p0"] == pytest.approx(0.2)
     assert (_hp("cifar10/catrs-v1/0.25")["lbd"], _hp("cifar10/catrs-v1/0.25")["p0"]) == (0.5, 1 / 20)
@@ -98,6 +99,14 @@ def test_spot_checks_against_the_papers():
     assert dict(_hp("mnist/smoothmix/1.00")) == dict(eta=5.0, alpha_step=1.0, num_noise=4, num_steps=8)
     assert [(_hp(f"cifar10/smoothmix/{s}")["alpha_step"], _hp(f"cifar10/smoothmix/{s}")["mix_step"])
             for s in ("0.25", "0.50", "1.00")] == [(0.5, 0), (1.0, 1), (2.0, 1)]
+
+
+def test_imagenet_catrs_lr_of_every_epoch():
+    """Jeong, Kim, Shin 2023 (arXiv 2212.09000) App. F: x0.1 every 30 epochs and for the last 5."""
+    c = TrainConfig(**get_preset("imagenet/catrs/1.00").train_config()).resolved()
+    assert c.epochs == 90 and c.lr_timing == "catrs"
+    expected = [0.1] * 31 + [0.01] * 30 + [1e-3] * 24 + [1e-4] * 5  # 0-30, 31-60, 61-84, 85-89
+    assert [c.lr * lr_factor(e, c) for e in range(90)] == pytest.approx(expected, rel=1e-12)
 
 
 def test_schedules():

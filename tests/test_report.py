@@ -1,7 +1,10 @@
 """Summaries, tables (markdown/latex/csv), JSON, plot and analyze()."""
+import csv
+import io
 import json
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -41,7 +44,7 @@ def files(tmp_path):
 def test_summarize_numbers_and_default_radii(files):
     a, b = summarize(files)
     assert isinstance(a, FileSummary)
-    assert (a.label, a.n, b.label, b.n) == ("gauss_s025", 6, "cat_rs", 4)
+    assert (a.label, a.num_examples, b.label, b.num_examples) == ("gauss_s025", 6, "cat_rs", 4)
     assert a.acr == pytest.approx((0.1 + 0.3 + 0.6 + 1.2) / 6)
     assert b.acr == pytest.approx(0.75 / 4)
     # max radius over all files is 1.2 (a wrong example's 0.9 does not matter) -> 0..1.0
@@ -60,10 +63,19 @@ def test_summarize_radii_labels_and_sidecar(files):
     assert summarize(files[0], radii="0:0.5:0.25")[0].certified_accuracy.keys() == {0, 0.25, 0.5}
 
 
-def test_duplicate_stems_get_parent_folders(tmp_path):
+def test_default_labels_are_the_run_folders_when_stems_repeat_or_are_generic(tmp_path, monkeypatch):
     p1 = _write(tmp_path / "run1" / "certify.tsv", A)
     p2 = _write(tmp_path / "run2" / "certify.tsv", B)
-    assert [s.label for s in summarize([p1, p2])] == ["run1/certify", "run2/certify"]
+    assert [s.label for s in summarize([p1, p2])] == ["run1", "run2"]
+    assert [s.label for s in summarize([p1])] == ["run1"]                # generic stem alone
+    p3 = _write(tmp_path / "cifar" / "run1" / "certify.tsv", B)         # folders collide
+    assert [s.label for s in summarize([p1, p3])] == [f"{tmp_path.name}/run1", "cifar/run1"]
+    p4 = _write(tmp_path / "run1" / "other.tsv", B)                     # one folder, two files
+    assert [s.label for s in summarize([p1, p4])] == ["certify", "other"]
+    p5 = _write(tmp_path / "run2" / "gauss.tsv", B)
+    assert [s.label for s in summarize([p4, p5])] == ["other", "gauss"]  # distinct stems
+    monkeypatch.chdir(tmp_path / "run1")
+    assert [s.label for s in summarize(["certify.tsv"])] == ["run1"]    # relative path
 
 
 def test_errors(files, tmp_path):
@@ -86,21 +98,22 @@ def test_errors(files, tmp_path):
 def test_markdown_table(files):
     text = format_table(summarize(files), fmt="markdown")
     lines = text.splitlines()
-    assert lines[0] == "| model | n | ACR | 0.00 | 0.25 | 0.50 | 0.75 | 1.00 |"
+    assert lines[0] == "| model | examples | ACR | 0.00 | 0.25 | 0.50 | 0.75 | 1.00 |"
     assert lines[1].startswith("| --- | ---: |")
     assert lines[2] == "| gauss_s025 | 6 | 0.367 | 66.7 | 50.0 | 33.3 | 16.7 | 16.7 |"
     assert lines[3] == "| cat_rs | 4 | 0.188 | 50.0 | 50.0 | 25.0 | 0.0 | 0.0 |"
     assert analyze(files) == text  # markdown is the default
 
 
-def test_csv_table_and_sigma_column(files):
+def test_csv_table_full_precision_and_sigma_column(files):
     write_sidecar(files[0], {"sigma": 0.25})
     text = analyze(files, radii=[0, 0.5], fmt="csv", labels=["Gaussian", "CAT, RS"])
-    assert text.splitlines() == [
-        "model,sigma,n,ACR,0.00,0.50",
-        "Gaussian,0.25,6,0.367,66.7,33.3",
-        '"CAT, RS",,4,0.188,50.0,25.0',
-    ]
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == ["model", "sigma", "examples", "ACR", "0.00", "0.50"]
+    assert rows[1][:3] == ["Gaussian", "0.25", "6"] and rows[2][:3] == ["CAT, RS", "", "4"]
+    assert [float(v) for v in rows[1][3:]] == [(0.1 + 0.3 + 0.6 + 1.2) / 6, 400 / 6, 200 / 6]
+    assert [float(v) for v in rows[2][3:]] == [0.75 / 4, 50.0, 25.0]
+    assert rows[1][4] == repr(400 / 6)  # 66.66666666666667, not the markdown's 66.7
 
 
 def test_latex_table_booktabs_and_bold_best(files):
@@ -108,7 +121,7 @@ def test_latex_table_booktabs_and_bold_best(files):
     assert text.startswith(r"\begin{tabular}{lrrrrrr}")
     for rule in (r"\toprule", r"\midrule", r"\bottomrule", r"\cmidrule(lr){4-7}"):
         assert rule in text
-    assert r"model & $n$ & ACR & 0.00 & 0.25 & 0.50 & 2.00 \\" in text
+    assert r"model & examples & ACR & 0.00 & 0.25 & 0.50 & 2.00 \\" in text
     # best per column bold, ties both bold, an all-zero column not bold, label escaped
     assert (r"Gauss\_1 & 6 & \textbf{0.367} & \textbf{66.7} & \textbf{50.0} & \textbf{33.3}"
             r" & 0.0 \\") in text
@@ -120,13 +133,51 @@ def test_json_keys_exact(files):
     out = json.loads(analyze(files, radii=[0, 0.5, 1], as_json=True))
     assert list(out) == ["files"] and len(out["files"]) == 2
     f = out["files"][0]
-    assert {"path", "n", "acr", "certified_accuracy"} <= set(f)
-    assert set(f) - {"path", "n", "acr", "certified_accuracy"} <= {"label", "sigma"}
-    assert f["path"] == str(files[0]) and f["n"] == 6
-    assert f["acr"] == pytest.approx(2.2 / 6)
+    assert {"path", "num_examples", "acr", "certified_accuracy"} <= set(f)
+    assert set(f) - {"path", "num_examples", "acr", "certified_accuracy"} <= {"label", "sigma"}
+    assert f["path"] == str(files[0]) and f["num_examples"] == 6
+    assert f["acr"] == (0.1 + 0.3 + 0.6 + 1.2) / 6  # full precision
     assert list(f["certified_accuracy"]) == ["0.0", "0.5", "1.0"]
     assert f["certified_accuracy"]["0.5"] == pytest.approx(2 / 6)
     assert to_json(summarize(files, radii=[0.5]))["files"][1]["certified_accuracy"] == {"0.5": 0.25}
+
+
+def test_predict_run_in_the_table_warns(files, tmp_path):
+    pred = _write(tmp_path / "pred.tsv", [(0, 1, 1, 0.0, 1), (1, 2, 0, 0.0, 0)])
+    write_sidecar(pred, {"mode": "predict", "sigma": 0.5})
+    with pytest.warns(UserWarning, match=r"pred\.tsv: predict run") as caught:
+        analyze([files[0], pred])
+    assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    bare = _write(tmp_path / "bare.tsv", [(0, 1, 1, 0.0, 1), (1, 2, 0, 0.0, 0)])  # no sidecar
+    with pytest.warns(UserWarning, match="bare.tsv: predict run"):
+        summarize([files[0], bare])
+    write_sidecar(files[1], {"mode": "certify", "sigma": 0.5})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        summarize(files)  # certify runs: no warning
+
+
+@pytest.mark.parametrize("name, magic", [("acc.png", b"\x89PNG\r\n\x1a\n"), ("acc.PDF", b"%PDF"),
+                                         ("acc.svg", b"<?xml"), ("acc", b"\x89PNG")])
+def test_plot_format_from_the_extension(files, tmp_path, name, magic):
+    out = tmp_path / name
+    analyze(files, plot=out)
+    data = out.read_bytes()
+    assert data.startswith(magic)
+    if name.endswith("svg"):
+        assert b"<svg" in data[:1000]
+
+
+def test_plot_unknown_extension_or_unwritable_folder_is_one_line(files, tmp_path):
+    with pytest.raises(RsmoothError, match=r"\.jpeg .*\.png, \.pdf, \.svg"):
+        analyze(files, plot=tmp_path / "acc.jpeg")
+    assert not (tmp_path / "acc.jpeg").exists()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    for out in (blocker / "sub" / "acc.png", "/proc/rsmooth_no_such/acc.png", tmp_path):
+        with pytest.raises(RsmoothError, match="cannot write the plot .*folder you can write") as e:
+            analyze(files, plot=out)
+        assert str(out) in str(e.value) and "\n" not in str(e.value)
 
 
 def test_plot_writes_png(files, tmp_path):

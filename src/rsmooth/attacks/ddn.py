@@ -20,7 +20,7 @@ from ..errors import RsmoothError
 from .base import frozen_eval
 from .pgd import TINY, _num_noise, _per_example, ascent_direction, project_l2, smoothed_log_prob
 
-__all__ = ["ddn_smoothed_input", "ddn_step_sizes", "smoothed_vote"]
+__all__ = ["ddn_smoothed_input", "ddn_step_sizes", "quantize_toward_zero", "smoothed_vote"]
 
 
 def ddn_step_sizes(num_steps: int, start: float = 1.0, end: float = 0.01) -> list:
@@ -78,9 +78,11 @@ def ddn_smoothed_input(
     adversarial) delta, projected to norm <= eps and quantised; x itself when no adversarial
     was found.  The model runs under :func:`frozen_eval`.
 
-    Deviations from the reference: (a) the final quantisation of delta rounds toward zero
-    instead of to the nearest level, so the result stays inside the eps-ball and [0,1] (the
-    reference's rounding can leave both by up to one level per pixel); (b) a delta of norm 0 in
+    Deviations from the reference: (a) the final quantisation after the eps-projection touches
+    only the rows the projection scaled (the others are the tested iterate, already on the grid)
+    and rounds toward zero (:func:`quantize_toward_zero`) instead of to the nearest level, so the
+    result stays inside the eps-ball and [0,1] (the reference's rounding can leave both by up to
+    one level per pixel); (b) a delta of norm 0 in
     step 3 stays 0 (the reference divides by zero); (c) log F_hat_y is computed exactly instead
     of clamped at 1e-20.
 
@@ -134,7 +136,22 @@ def ddn_smoothed_input(
                 adv = (adv * q).round() / q
             delta = adv.clamp(0, 1) - x
     if eps is not None:
+        scaled = best_delta.flatten(1).norm(p=2, dim=1) > eps
         best_delta = project_l2(best_delta, eps)
         if quantize:
-            best_delta = (best_delta * q).trunc() / q
+            best_delta = torch.where(_per_example(scaled, x), quantize_toward_zero(best_delta, q), best_delta)
     return (x + best_delta).clamp(0, 1).detach()
+
+
+def quantize_toward_zero(delta: torch.Tensor, q: float) -> torch.Tensor:
+    """Put ``delta`` on the grid k/q, rounding toward zero except within float error of a level.
+
+    A value within 16 machine epsilons (relative to q) of a level k/q is put on it: k/255 - j/255
+    lies on the grid only up to float error, and truncating it would drop a whole level.  Every
+    other value is truncated toward zero, so |result| <= |delta| elementwise up to float error,
+    and x + result stays in [0,1] wherever x + delta is.
+    """
+    v = delta * q
+    tol = 16 * torch.finfo(v.dtype).eps * q
+    return (v + v.sign() * tol).trunc() / q
+

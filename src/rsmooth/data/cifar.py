@@ -1,20 +1,31 @@
-"""CIFAR-10 and CIFAR-100 from the official *binary* archives (SPEC.md 3; Krizhevsky 2009).
+"""CIFAR-10 and CIFAR-100 from the official binary or python archives (Krizhevsky 2009).
 
-No unpickling: the binary version is fixed-length records, ``<label bytes><3072 pixel
-bytes>`` with the pixels as 1024 red, 1024 green, 1024 blue values in row-major order.
-CIFAR-10 has one label byte and the files ``cifar-10-batches-bin/data_batch_{1..5}.bin``
-and ``test_batch.bin``; CIFAR-100 has two label bytes (coarse, then fine: rsmooth uses
-the fine label, 100 classes) and ``cifar-100-binary/train.bin`` and ``test.bin``.
+The binary version is fixed-length records, ``<label bytes><3072 pixel bytes>`` with the
+pixels as 1024 red, 1024 green, 1024 blue values in row-major order.  CIFAR-10 has one label
+byte and the files ``cifar-10-batches-bin/data_batch_{1..5}.bin`` and ``test_batch.bin``;
+CIFAR-100 has two label bytes (coarse, then fine: rsmooth uses the fine label, 100 classes)
+and ``cifar-100-binary/train.bin`` and ``test.bin``.
 
-Each dataset lives in ``<root>/cifar10/`` (``<root>/cifar100/``) as the archive
-``cifar-10-binary.tar.gz`` (read in place, nothing is extracted) or its extracted folder.
-Search order: ``data_dir``, ``$RSMOOTH_DATA``, the download cache; then the archive is
-downloaded and its published MD5 verified.  Training augmentation: random crop 32 with
-zero padding 4 + horizontal flip (p = 0.5), batched, from the caller's generator.
+The python version (what torchvision and Cohen et al.'s code download) holds the same pixels
+in pickled dicts, ``cifar-10-batches-py/data_batch_{1..5}`` / ``test_batch`` with
+``b"data"`` (uint8 [N, 3072], same pixel order) and ``b"labels"``, and
+``cifar-100-python/train`` / ``test`` with ``b"fine_labels"``.  They are read with a
+restricted unpickler that builds only numpy arrays and plain containers, numbers and strings
+(:func:`parse_cifar_pickle`): any other global in the file is refused, never imported.
+
+A dataset is found in ``<root>/cifar10/`` (``<root>/cifar100/``) or in ``<root>`` itself
+(where torchvision's ``root`` puts it), as an archive (``cifar-10-binary.tar.gz``,
+``cifar-10-python.tar.gz``: read in place, nothing is extracted; its published MD5 is checked)
+or its extracted folder, binary before python.  Search order: ``data_dir``, ``$RSMOOTH_DATA``,
+the download cache; then the binary archive is downloaded and its published MD5 verified.
+Training augmentation: random crop 32 with zero padding 4 + horizontal flip (p = 0.5),
+batched, from the caller's generator.
 Normalisation constants (in the model, SPEC.md 1/3) are those of the public checkpoints.
 """
 from __future__ import annotations
 
+import io
+import pickle
 import posixpath
 import tarfile
 import warnings
@@ -35,11 +46,13 @@ from .base import (
     PathLike,
     dataset_dirs,
     download_root,
+    search_roots,
 )
 from .download import download_file, md5_file
 from .transforms import random_crop_flip
 
-__all__ = ["CIFAR10", "CIFAR100", "CifarLayout", "LAYOUTS", "parse_cifar_records", "PADDING"]
+__all__ = ["CIFAR10", "CIFAR100", "CifarLayout", "CifarPythonLayout", "LAYOUTS", "PYTHON_LAYOUTS",
+           "parse_cifar_records", "parse_cifar_pickle", "PADDING"]
 
 #: Zero padding of the training crop (32 + 2 * 4 = 40, cropped back to 32).
 PADDING = 4
@@ -86,6 +99,95 @@ LAYOUTS: Dict[str, CifarLayout] = {
         counts={"train": 50000, "test": 10000},
     ),
 }
+
+
+@dataclass(frozen=True)
+class CifarPythonLayout:
+    """Where a CIFAR python release lives and which key holds its labels."""
+
+    archive: str
+    md5: str
+    folder: str
+    files: Dict[str, Tuple[str, ...]]
+    label_key: bytes
+
+
+#: The official python releases (same page), as torchvision and Cohen et al.'s code fetch them.
+PYTHON_LAYOUTS: Dict[str, CifarPythonLayout] = {
+    "cifar10": CifarPythonLayout(
+        archive="cifar-10-python.tar.gz",
+        md5="c58f30108f718f92721af3b95e74349a",
+        folder="cifar-10-batches-py",
+        files={"train": tuple(f"data_batch_{i}" for i in range(1, 6)), "test": ("test_batch",)},
+        label_key=b"labels",
+    ),
+    "cifar100": CifarPythonLayout(
+        archive="cifar-100-python.tar.gz",
+        md5="eb9058c3a382ffc7106e4002c42a8d85",
+        folder="cifar-100-python",
+        files={"train": ("train",), "test": ("test",)},
+        label_key=b"fine_labels",
+    ),
+}
+
+
+class _RefusedGlobal(pickle.UnpicklingError):
+    """A pickle names a global outside :attr:`_ArrayUnpickler.ALLOWED`."""
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickles a CIFAR python batch: the only globals resolved are numpy's array rebuilders."""
+
+    _reconstruct = np.ndarray.__reduce__(np.zeros(0))[0]  # numpy's _reconstruct, any version
+    ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"): _reconstruct,   # numpy < 2 (the official files)
+        ("numpy._core.multiarray", "_reconstruct"): _reconstruct,  # numpy >= 2
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+    }
+
+    def find_class(self, module: str, name: str):
+        try:
+            return self.ALLOWED[(module, name)]
+        except KeyError:
+            raise _RefusedGlobal(f"refusing to load the global {module}.{name}") from None
+
+
+def _key(batch: dict, key: bytes):
+    """``batch[key]``; files pickled by Python 3 have str keys where the official ones have bytes."""
+    return batch[key] if key in batch else batch.get(key.decode())
+
+
+def parse_cifar_pickle(raw: bytes, label_key: bytes, num_classes: int, source: str
+                       ) -> Tuple[np.ndarray, np.ndarray]:
+    """Parse one CIFAR python batch into ``(images uint8 [N,3,32,32], labels int64 [N])``.
+
+    ``raw`` is the pickled dict of the official python release (protocol 2, written by
+    Python 2); ``label_key`` is ``b"labels"`` (CIFAR-10) or ``b"fine_labels"`` (CIFAR-100).
+    Only numpy arrays and plain containers, numbers and strings are built; any other global
+    is refused.
+    """
+    try:
+        batch = _ArrayUnpickler(io.BytesIO(raw), encoding="bytes").load()
+    except _RefusedGlobal as e:
+        raise RsmoothError(f"{source} is not a CIFAR python batch ({e})") from None
+    except Exception as e:  # truncated or garbled data can fail in many ways inside pickle
+        raise RsmoothError(f"{source} is corrupt or truncated ({type(e).__name__}: {e})") from None
+    check(isinstance(batch, dict), f"{source} is not a CIFAR python batch (a {type(batch).__name__}, not a dict)")
+    data, labels = _key(batch, b"data"), _key(batch, label_key)
+    check(isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 2
+          and data.shape[1] == _PIXELS,
+          f"{source} is not a CIFAR python batch: its data is not a uint8 array [N, {_PIXELS}]")
+    try:
+        labels = np.asarray(labels, dtype=np.int64)
+        ok = labels.shape == (len(data),)
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    check(ok, f"{source} is not a CIFAR python batch: {label_key.decode()} is not {len(data)} integer labels")
+    bad = (labels < 0) | (labels >= num_classes)
+    check(not bad.any(), f"{source} is corrupt: label {int(labels[bad][0]) if bad.any() else 0} "
+          f"is not in [0, {num_classes})")
+    return data.reshape(-1, 3, 32, 32).copy(), labels
 
 
 def parse_cifar_records(
@@ -139,59 +241,79 @@ def _read_archive(path: Path, folder: str, names: Sequence[str]) -> List[Tuple[s
     except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
         raise RsmoothError(f"{path} is not a readable tar.gz archive (corrupt or truncated: {e})") from None
     missing = [key for key in wanted if key not in found]
-    check(not missing, f"{path} lacks {', '.join(missing)}; is it the binary version of the dataset?")
+    check(not missing, f"{path} lacks {', '.join(missing)}; is it the official archive of its name?")
     return [(f"{path}:{key}", found[key]) for key in wanted]
 
 
 class _Cifar(InMemoryDataset):
-    """Common reader of the CIFAR binary releases; subclasses set ``info``."""
+    """Common reader of the CIFAR binary and python releases; subclasses set ``info``."""
 
     @classmethod
     def _layout(cls) -> CifarLayout:
         return LAYOUTS[cls.info.name]
 
     @classmethod
+    def _places(cls, data_dir: Optional[PathLike]) -> List[Path]:
+        """Folders searched, in order: ``<root>/<name>`` and ``<root>`` for each data root
+        (``data_dir``, ``$RSMOOTH_DATA``), then the download cache's ``<name>`` folder."""
+        places = [p for root in search_roots(data_dir) for p in (root / cls.info.name, root)]
+        return list(dict.fromkeys(places + dataset_dirs(cls.info.name)))
+
+    @classmethod
+    def _check_md5(cls, archive: Path, name: str, md5: str) -> None:
+        actual = md5_file(archive)
+        if actual != md5:
+            warnings.warn(f"{archive} does not match the published {name} (MD5 {actual}, expected {md5}); "
+                          f"using it anyway", DataIntegrityWarning, stacklevel=5)
+
+    @classmethod
     def _load_parts(
         cls, split: str, data_dir: Optional[PathLike], download: bool
-    ) -> Tuple[List[Tuple[str, bytes]], str]:
-        name, layout = cls.info.name, cls._layout()
-        names = layout.files[split]
-        searched = dataset_dirs(name, data_dir)
+    ) -> Tuple[List[Tuple[str, bytes]], str, bool]:
+        """(parts as (where, bytes), source, whether they are python batches)."""
+        name, layout, py = cls.info.name, cls._layout(), PYTHON_LAYOUTS[cls.info.name]
+        names, py_names = layout.files[split], py.files[split]
+        searched = cls._places(data_dir)
+        roots = set(search_roots(data_dir))
         for d in searched:
-            for folder in (d / layout.folder, d):
+            for folder in (d / layout.folder,) + (() if d in roots else (d,)):
                 if all((folder / n).is_file() for n in names):
-                    return _read_folder(folder, names), str(folder)
+                    return _read_folder(folder, names), str(folder), False
             archive = d / layout.archive
             if archive.is_file():
-                md5 = md5_file(archive)
-                if md5 != layout.md5:
-                    warnings.warn(
-                        f"{archive} does not match the published {layout.archive} (MD5 {md5}, "
-                        f"expected {layout.md5}); using it anyway",
-                        DataIntegrityWarning,
-                        stacklevel=4,
-                    )
-                return _read_archive(archive, layout.folder, names), str(archive)
+                cls._check_md5(archive, layout.archive, layout.md5)
+                return _read_archive(archive, layout.folder, names), str(archive), False
+            folder = d / py.folder
+            if all((folder / n).is_file() for n in py_names):
+                return _read_folder(folder, py_names), str(folder), True
+            archive = d / py.archive
+            if archive.is_file():
+                cls._check_md5(archive, py.archive, py.md5)
+                return _read_archive(archive, py.folder, py_names), str(archive), True
         target = download_root(data_dir) / name / layout.archive
         manual = f"download {layout.urls[0]} (MD5 {layout.md5}) to {target}"
         if not download:
+            looked_for = f"{layout.folder}/, {layout.archive}, {py.folder}/ or {py.archive}"
             raise RsmoothError(
-                f"{name}/{split} not found (looked in {', '.join(map(str, searched))}); "
+                f"{name}/{split} not found (looked for {looked_for} in {', '.join(map(str, searched))}); "
                 f"allow downloading or {manual}"
             )
         try:
             download_file(layout.urls, target, layout.md5, size_hint=layout.size)
         except RsmoothError as e:
             raise RsmoothError(f"{e}; to install {name} by hand, {manual}") from None
-        return _read_archive(target, layout.folder, names), str(target)
+        return _read_archive(target, layout.folder, names), str(target), False
 
     @classmethod
     def load(cls, split: str, data_dir: Optional[PathLike] = None, download: bool = True) -> "_Cifar":
         layout = cls._layout()
-        parts, source = cls._load_parts(split, data_dir, download)
+        parts, source, python = cls._load_parts(split, data_dir, download)
         images, labels = [], []
         for where, raw in parts:
-            x, y = parse_cifar_records(raw, layout.label_bytes, layout.num_classes, where)
+            if python:
+                x, y = parse_cifar_pickle(raw, PYTHON_LAYOUTS[cls.info.name].label_key, layout.num_classes, where)
+            else:
+                x, y = parse_cifar_records(raw, layout.label_bytes, layout.num_classes, where)
             images.append(x)
             labels.append(y)
         x = torch.from_numpy(np.concatenate(images))

@@ -2,7 +2,8 @@
 
 Layout: ``<root>/imagenet/train/<wnid>/*.JPEG`` and ``<root>/imagenet/val/<wnid>/*.JPEG``
 (``root`` may also be the folder that holds ``train/`` and ``val/``); the "test" split
-is ``val/``.  Classes are the sorted folder names, images sorted by file name within a
+is ``val/``.  Search order: ``data_dir``, ``$RSMOOTH_DATA``, ``$IMAGENET_DIR`` (the variable of
+Cohen et al.'s code: the folder holding ``train/`` and ``val/``), the download cache.  Classes are the sorted folder names, images sorted by file name within a
 class.  ImageNet cannot be downloaded automatically.
 
 Transforms (on PIL images, decoded with Pillow as RGB): ``ds[i]`` and ``get_batch``
@@ -20,7 +21,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from ..errors import RsmoothError, check
-from .base import DATASETS, DatasetInfo, Dataset, Indices, PathLike, search_roots
+from .base import ENV_DATA_DIR, DATASETS, DatasetInfo, Dataset, Indices, PathLike, cache_root, search_roots
 from .transforms import (
     center_crop,
     pil_to_uint8,
@@ -39,12 +40,14 @@ CROP = 224
 RESIZE = 256
 SCALE = (0.08, 1.0)
 RATIO = (3.0 / 4.0, 4.0 / 3.0)
+#: Cohen et al.'s variable: the folder that holds ``train/`` and ``val/``
+ENV_IMAGENET_DIR = "IMAGENET_DIR"
 
 _LAYOUT_HELP = (
     "ImageNet must be downloaded by hand from image-net.org and laid out as "
     "<root>/imagenet/train/<wnid>/*.JPEG and <root>/imagenet/val/<wnid>/*.JPEG "
     "(validation images sorted into class folders), with <root> given as data_dir "
-    "or $RSMOOTH_DATA"
+    "or $RSMOOTH_DATA, or the folder holding train/ and val/ as $IMAGENET_DIR"
 )
 
 
@@ -82,16 +85,29 @@ class ImageNet(Dataset):
         self.files: List[str] = [path for path, _ in samples]
 
     @classmethod
+    def places(cls, data_dir: Optional[PathLike] = None) -> List[Path]:
+        """Candidate folders for ``train/`` and ``val/``, in search order: ``<root>/imagenet``
+        and ``<root>`` for ``data_dir`` and ``$RSMOOTH_DATA``, ``$IMAGENET_DIR``, the cache's
+        ``imagenet`` folder."""
+        places = [p for root in search_roots(data_dir) for p in (root / "imagenet", root)]
+        env = os.environ.get(ENV_IMAGENET_DIR)
+        if env:
+            places.append(Path(env).expanduser())
+        places.append(cache_root() / "imagenet")
+        return list(dict.fromkeys(places))
+
+    @classmethod
     def find_root(cls, data_dir: Optional[PathLike] = None) -> Path:
-        """The folder holding ``train/`` and/or ``val/``: ``<root>/imagenet`` or ``<root>``."""
-        searched = []
-        for root in search_roots(data_dir):
-            for candidate in (root / "imagenet", root):
-                searched.append(candidate)
-                if any((candidate / f).is_dir() for f in SPLIT_FOLDERS.values()):
-                    return candidate
-        where = ", ".join(map(str, searched)) or "nowhere (no data_dir and no $RSMOOTH_DATA)"
-        raise RsmoothError(f"ImageNet not found (looked in {where}); {_LAYOUT_HELP}")
+        """The first of :meth:`places` that holds ``train/`` or ``val/``."""
+        searched = cls.places(data_dir)
+        for candidate in searched:
+            if any((candidate / f).is_dir() for f in SPLIT_FOLDERS.values()):
+                return candidate
+        given = {"data_dir": data_dir, "$" + ENV_DATA_DIR: os.environ.get(ENV_DATA_DIR),
+                 "$" + ENV_IMAGENET_DIR: os.environ.get(ENV_IMAGENET_DIR)}
+        unset = [name for name, value in given.items() if not value]
+        note = f"; {', '.join(unset)} not set" if unset else ""
+        raise RsmoothError(f"ImageNet not found (looked in {', '.join(map(str, searched))}{note}); {_LAYOUT_HELP}")
 
     @classmethod
     def load(cls, split: str, data_dir: Optional[PathLike] = None, download: bool = True) -> "ImageNet":

@@ -67,7 +67,12 @@ class SmoothAdv(Method):
     lbd > 0, where Jeong's ``train_consistency.py`` renorms then clamps; (c) the random
     direction the reference takes where the input gradient is exactly zero is drawn from
     ``ctx.generator``; (d) log F_hat_y is exact, not clamped at 1e-20; (e) B need not be a
-    multiple of m (the engine's chunks may differ in size by one).  DDN: see
+    multiple of m (the engine's chunks may differ in size by one); (f) with lbd > 0 the PGD step
+    direction is g / ||g|| as in Salman's code, where Jeong's ``SmoothAdv_PGD`` (in
+    ``train_consistency.py``) adds 1e-8 to the gradient norm: rsmooth's
+    :func:`~rsmooth.attacks.pgd.l2_normalize` clamps the norm at 1e-12 instead, so a gradient of
+    norm near 1e-8 or below takes a full step here and a shorter one there (an exactly zero
+    gradient gets the random direction of (c) here and no step there).  DDN: see
     :func:`rsmooth.attacks.ddn_smoothed_input`.
     """
 

@@ -24,18 +24,38 @@ def _radius_grid(radius: np.ndarray, correct: np.ndarray, r_max: float,
     return np.unique(np.concatenate([np.linspace(0.0, r_max, points), drops[drops <= r_max]]))
 
 
-def plot_certified_accuracy(summaries: Sequence[FileSummary], out_png: PathLike,
+#: the formats a plot can be written in, named by the file's extension
+PLOT_FORMATS = ("png", "pdf", "svg")
+
+
+def plot_format(path: PathLike) -> str:
+    """The format named by ``path``'s extension (case-insensitive): png, pdf or svg; a path
+    without an extension gets png.  RsmoothError listing the choices for any other extension."""
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if not suffix:
+        return "png"
+    if suffix not in PLOT_FORMATS:
+        raise RsmoothError(f"cannot write a plot as .{suffix} ({path}); name the file with one of the "
+                           f"extensions {', '.join('.' + f for f in PLOT_FORMATS)}")
+    return suffix
+
+
+def plot_certified_accuracy(summaries: Sequence[FileSummary], out: PathLike,
                             labels: Optional[Sequence[str]] = None,
                             title: str = "Approximate certified accuracy") -> Path:
-    """Plot certified accuracy (%) against radius as step curves, one per file, to a PNG.
+    """Plot certified accuracy (%) against radius as step curves, one per file, to ``out``.
 
     The curve ``acc(r) = mean(correct & radius >= r)`` is evaluated on a fine grid that
     includes every certified radius, so the steps are exact.  ``labels`` default to
-    the summaries' labels.  Parent folders of ``out_png`` are created; returns its path.
+    the summaries' labels.  The format is the one ``out``'s extension names
+    (:func:`plot_format`: .png, .pdf or .svg; png without an extension).  Parent folders of
+    ``out`` are created; returns its path.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    out = Path(out)
+    fmt = plot_format(out)
     if not summaries:
         raise RsmoothError("no summaries to plot")
     labels = _check_labels(labels, len(summaries)) or [s.label for s in summaries]
@@ -62,13 +82,17 @@ def plot_certified_accuracy(summaries: Sequence[FileSummary], out_png: PathLike,
     ax.legend(loc="upper right")
     fig.tight_layout()
 
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fig.savefig(out, dpi=150, format="png")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=150, format=fmt)
     except OSError as e:
-        raise RsmoothError(f"cannot write plot {out}: {e.strerror or e}") from None
+        if isinstance(e, (FileExistsError, NotADirectoryError)):
+            why = f"{next((p for p in out.parents if p.is_file()), e.filename)} is a file, not a folder"
+        else:
+            why = f"{e.strerror or e}" + (f" ({e.filename})" if e.filename and str(e.filename) != str(out) else "")
+        raise RsmoothError(f"cannot write the plot {out}: {why}; "
+                           f"choose a plot path in a folder you can write") from None
     return out
 
 
-__all__ = ["plot_certified_accuracy", "RADIUS_LABEL"]
+__all__ = ["plot_certified_accuracy", "plot_format", "PLOT_FORMATS", "RADIUS_LABEL"]

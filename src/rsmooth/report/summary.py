@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
@@ -27,6 +28,7 @@ Radii = Union[Sequence[float], np.ndarray, str, None]
 class FileSummary:
     """ACR and certified accuracy of one certify TSV.
 
+    ``num_examples`` counts the test examples (rows), not Monte Carlo samples;
     ``certified_accuracy`` maps radius (float) -> fraction in [0, 1];
     ``sigma`` and ``meta`` come from the sidecar JSON when there is one;
     ``result`` holds the rows (used to plot on a fine radius grid).
@@ -34,7 +36,7 @@ class FileSummary:
 
     path: str
     label: str
-    n: int
+    num_examples: int
     acr: float
     certified_accuracy: Dict[float, float]
     sigma: Optional[float] = None
@@ -79,10 +81,13 @@ def _resolve_radii(radii: Radii) -> Optional[List[float]]:
     return values
 
 
-def _default_labels(paths: Sequence[Path]) -> List[str]:
-    """File stems; where stems collide, add parent folders until the labels differ."""
-    parts = [p.with_suffix("").parts if p.suffix else p.parts for p in paths]
-    depth = [1] * len(paths)
+#: file stems that name the kind of run, not the run (``runs/NAME/certify.tsv``)
+GENERIC_STEMS = ("certify", "predict")
+
+
+def _distinct_suffixes(parts: Sequence[Sequence[str]]) -> List[str]:
+    """The last part of each path; where they collide, more parts until the labels differ."""
+    depth = [1] * len(parts)
     while True:
         labels = ["/".join(pt[-d:]) for pt, d in zip(parts, depth)]
         clash = [i for i, lab in enumerate(labels)
@@ -91,6 +96,27 @@ def _default_labels(paths: Sequence[Path]) -> List[str]:
             return labels
         for i in clash:
             depth[i] += 1
+
+
+def _default_labels(paths: Sequence[Path]) -> List[str]:
+    """File stems when they differ and none is generic (``certify``, ``predict``); else the run
+    folders (``runs/fm025/certify.tsv`` -> ``fm025``; more parent folders where those collide),
+    and the stems again (with folders where they collide) for files of one folder."""
+    stems = [p.stem if p.suffix else p.name for p in paths]
+    if len(set(stems)) == len(stems) and not set(stems) & set(GENERIC_STEMS):
+        return stems
+    folders = _distinct_suffixes([p.absolute().parent.parts[1:] for p in paths])
+    if len(set(folders)) == len(folders) and all(folders):
+        return folders
+    return _distinct_suffixes([p.with_suffix("").parts if p.suffix else p.parts for p in paths])
+
+
+def _is_predict_run(res: CertifyResult, meta: Optional[dict]) -> bool:
+    """A ``predict`` run: its sidecar says so, or (no sidecar) correct rows all at radius 0,
+    which ``certify`` never writes (it abstains unless the radius is positive)."""
+    if meta is not None and "mode" in meta:
+        return meta["mode"] == "predict"
+    return bool(res.correct.any()) and not bool((res.radius > 0).any())
 
 
 def _check_labels(labels: Optional[Sequence[str]], n_files: int) -> Optional[List[str]]:
@@ -121,7 +147,11 @@ def summarize(paths: Sequence[PathLike], radii: Radii = None,
         paths: one or more certify TSVs (rsmooth's or the public codebases').
         radii: radii for the certified accuracy; default ``0, 0.25, ...`` up to the
             largest radius over all files (:func:`rsmooth.metrics.default_radii`).
-        labels: one display label per file; default the file stems.
+        labels: one display label per file; default the file stems, or the run folders
+            where stems repeat or are generic (``runs/fm025/certify.tsv`` -> ``fm025``).
+
+    Warns (``UserWarning``, one line) when a file is a ``predict`` run: it has no certified
+    radii, so its radius-0 column is the smoothed classifier's accuracy and its ACR is 0.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -144,19 +174,26 @@ def summarize(paths: Sequence[PathLike], radii: Radii = None,
         meta = read_sidecar(p)
         acc = certified_accuracy(res.radius, res.correct, values)
         summaries.append(FileSummary(
-            path=str(p), label=label, n=res.n, acr=acr(res.radius, res.correct),
+            path=str(p), label=label, num_examples=res.n, acr=acr(res.radius, res.correct),
             certified_accuracy={float(r): float(a) for r, a in zip(values, acc)},
             sigma=_sigma_from_meta(meta), meta=meta, result=res))
+    predict = [s.path for s, res in zip(summaries, results) if _is_predict_run(res, s.meta)]
+    if predict:
+        warnings.warn(f"{', '.join(predict)}: predict run(s) without certified radii in a certified-"
+                      f"accuracy table (their 0.00 column is prediction accuracy, their ACR 0); "
+                      f"run certify for certified accuracy", UserWarning, stacklevel=2)
     return summaries
 
 
 def to_json(summaries: Sequence[FileSummary]) -> dict:
-    """``{"files": [{"path", "n", "acr", "certified_accuracy": {"<radius>": fraction},
-    "label", "sigma"}]}``; radius keys are ``str(float(r))`` (``"0.5"``), fractions in [0, 1]."""
+    """``{"files": [{"path", "num_examples", "acr", "certified_accuracy": {"<radius>": fraction},
+    "label", "sigma"}]}``; radius keys are ``str(float(r))`` (``"0.5"``), fractions in [0, 1],
+    all at full precision.  ``num_examples`` counts test examples (earlier versions called it
+    ``n``, the name the sidecar JSON uses for Monte Carlo samples)."""
     return {"files": [
         {
             "path": s.path,
-            "n": int(s.n),
+            "num_examples": int(s.num_examples),
             "acr": float(s.acr),
             "certified_accuracy": {str(float(r)): float(a)
                                    for r, a in s.certified_accuracy.items()},
@@ -172,14 +209,16 @@ def analyze(paths: Sequence[PathLike], radii: Radii = None, fmt: str = "markdown
             as_json: bool = False) -> str:
     """What ``rsmooth analyze`` prints: a table (``fmt`` markdown|latex|csv) or, with
     ``as_json``, the JSON of :func:`to_json`; writes the certified-accuracy plot to
-    ``plot`` (a PNG path) when given."""
+    ``plot`` when given, in the format its extension names (.png, .pdf, .svg)."""
+    from .plots import plot_certified_accuracy, plot_format
     from .tables import check_format, format_table  # local: avoid an import cycle
 
     if not as_json:
         check_format(fmt)
+    if plot is not None:
+        plot_format(plot)
     summaries = summarize(paths, radii=radii, labels=labels)
     if plot is not None:
-        from .plots import plot_certified_accuracy
         plot_certified_accuracy(summaries, plot)
     if as_json:
         return json.dumps(to_json(summaries), indent=2)

@@ -1,8 +1,10 @@
 """Tables in the papers' layout (papers/001 Tables 1-2, papers/004 Table 1).
 
-One row per result file; columns ``model | [sigma] | n | ACR | 0.00 | 0.25 | ...``:
-ACR with 3 decimals, certified accuracy in % with one decimal.  The ``sigma``
-column appears only when a sidecar JSON gave sigma for at least one file.
+One row per result file; columns ``model | [sigma] | examples | ACR | 0.00 | 0.25 | ...``
+(``examples``: test examples certified, not Monte Carlo samples): in markdown and LaTeX, ACR
+with 3 decimals and certified accuracy in % with one decimal, as the papers print them; in CSV
+every number at full precision.  The ``sigma`` column appears only when a sidecar JSON gave
+sigma for at least one file.
 """
 from __future__ import annotations
 
@@ -66,6 +68,12 @@ def _table_radii(summaries: Sequence[FileSummary], radii: Radii) -> List[float]:
     return list(seen)
 
 
+def _percent(fraction: float, num_examples: int) -> float:
+    """100 * fraction as the float nearest to 100 k / n when fraction is a count k / n."""
+    k = round(fraction * num_examples)
+    return 100.0 * k / num_examples if abs(fraction * num_examples - k) < 1e-6 else 100.0 * fraction
+
+
 def _latex_escape(text: str) -> str:
     repl = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
             "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
@@ -77,8 +85,9 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
                  fmt: str = "markdown") -> str:
     """Render summaries as a markdown, LaTeX (booktabs) or CSV table.
 
-    Rows are the result files (their labels), columns ``ACR`` then certified accuracy
-    (%) at each radius; ``radii`` defaults to the radii the summaries were computed at.
+    Rows are the result files (their labels), columns ``examples`` (test examples), ``ACR``
+    then certified accuracy (%) at each radius; ``radii`` defaults to the radii the summaries
+    were computed at.  Markdown and LaTeX round as the papers do; CSV keeps full precision.
     LaTeX bolds the best value of each ACR/accuracy column (ties all bold; not for a
     single row or a best value of 0).
     """
@@ -87,17 +96,19 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
         raise RsmoothError("no summaries to tabulate")
     radii = _table_radii(summaries, radii)
     with_sigma = any(s.sigma is not None for s in summaries)
+    full = fmt is TableFormat.CSV
 
-    head = ["model"] + (["sigma"] if with_sigma else []) + ["n", "ACR"]
+    head = ["model"] + (["sigma"] if with_sigma else []) + ["examples", "ACR"]
     head += [_radius_header(r) for r in radii]
-    n_fixed = len(head) - len(radii) - 1  # columns before ACR: model, [sigma], n
+    n_fixed = len(head) - len(radii) - 1  # columns before ACR: model, [sigma], examples
     rows: List[List[str]] = []
     for s in summaries:
         row = [s.label]
         if with_sigma:
-            row.append("" if s.sigma is None else f"{s.sigma:.2f}")
-        row += [str(int(s.n)), f"{s.acr:.3f}"]
-        row += [f"{100.0 * a:.1f}" for a in _accuracy_at(s, radii)]
+            row.append("" if s.sigma is None else repr(s.sigma) if full else f"{s.sigma:.2f}")
+        row += [str(int(s.num_examples)), repr(float(s.acr)) if full else f"{s.acr:.3f}"]
+        acc = [_percent(a, s.num_examples) for a in _accuracy_at(s, radii)]
+        row += [repr(a) if full else f"{a:.1f}" for a in acc]
         rows.append(row)
 
     if fmt is TableFormat.CSV:
@@ -125,7 +136,7 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
     n_acc = len(radii)
     first_acc = n_fixed + 2  # 1-based LaTeX column of the first radius
     cols = "l" + "r" * (len(head) - 1)
-    head_tex = ["model"] + (["$\\sigma$"] if with_sigma else []) + ["$n$", "ACR"]
+    head_tex = ["model"] + (["$\\sigma$"] if with_sigma else []) + ["examples", "ACR"]
     head_tex += [_radius_header(r) for r in radii]
     lines = [
         rf"\begin{{tabular}}{{{cols}}}",
