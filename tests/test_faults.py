@@ -331,7 +331,7 @@ def test_targets_empty_or_torn_partial_files_start_over(ref, tmp_path, reference
     logs = []
     compute_targets(str(ref), str(out), num_samples=3, progress=False, log=logs.append)
     assert logs == [f"{tmp_path / 't.npy.partial.npy'} or {tmp_path / 't.npy.done.npy'} is unreadable "
-                    f"(a run killed while creating it); starting over"]
+                    f"(left by an interrupted run); starting over"]
     _check_finished(out, reference_targets)
 
 

@@ -121,7 +121,7 @@ def compute_targets(
                                    f"{meta.get(diff[0])!r}; delete {files.partial} and {files.done} to start over")
             done = files.read_done(n, k)
             if done is None:
-                log(f"{files.partial} or {files.done} is unreadable (a run killed while creating it); "
+                log(f"{files.partial} or {files.done} is unreadable (left by an interrupted run); "
                     f"starting over")
             else:
                 log(f"continuing {out_path}: {int(done.sum())} of {len(done)} blocks done")
@@ -156,9 +156,9 @@ class _Files:
     """The files of a targets run beside ``OUT``: metadata, vote counts and done-mask.
 
     ``OUT.partial.npy`` (int32 [N x K] counts) and ``OUT.done.npy`` (uint8, one flag per block)
-    are created whole under temporary names; counts are written in place with ``pwrite`` (a
-    full disk is an OSError, not a SIGBUS in a memory map) and fsynced before the done-mask,
-    which is replaced atomically, marks their block done.
+    are created whole under temporary names, their space allocated up front; counts are written
+    in place with plain writes (a full disk is an OSError, not a SIGBUS in a memory map) and
+    fsynced before the done-mask, replaced atomically, marks their block done.
     """
 
     def __init__(self, out: Path) -> None:
