@@ -195,6 +195,17 @@ def test_run_lock_in_one_process_and_removal(tmp_path):
         pass
 
 
+def test_file_systems_without_locks_run_unlocked(tmp_path, monkeypatch):
+    def no_locks(fd, how):
+        raise OSError(errno.ENOSYS, "Function not implemented")  # Lustre without -o flock
+
+    monkeypatch.setattr("rsmooth.fileio.fcntl.flock", no_locks)
+    with pytest.warns(UserWarning, match="cannot lock .*a.lock \\(Function not implemented\\); nothing keeps"):
+        with run_lock(tmp_path / "a.lock", "A"):
+            (tmp_path / "out").write_text("x")
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
 def test_sigterm_and_ctrl_c_before_torch_is_imported(monkeypatch, capsys):
     code = "import sys, rsmooth.cli; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True)
@@ -469,3 +480,4 @@ def test_parser_errors_inside_the_handling(monkeypatch, capsys):
     monkeypatch.setattr("rsmooth.cli.build_parser", broken)
     code, err = _main(capsys, "list")
     assert code == 1 and _one_line(err).startswith("rsmooth: internal error: ImportError: cannot import")
+

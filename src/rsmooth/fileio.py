@@ -18,6 +18,7 @@ import errno
 import os
 import re
 import tempfile
+import warnings
 from pathlib import Path
 from typing import IO, Callable, Iterator, Optional, Union
 
@@ -131,7 +132,8 @@ def run_lock(lock_file: PathLike, target: PathLike) -> Iterator[None]:
 
     A second process asking for the same lock gets a one-line :class:`RsmoothError` naming the
     holder's pid and ``target`` (the output being written).  The lock file is removed on a clean
-    exit; one left by a killed process is stale and simply taken over.
+    exit; one left by a killed process is stale and simply taken over.  On a file system without
+    locks (Lustre mounted without ``flock``) the body runs unlocked, with a warning.
     """
     lock_file = Path(lock_file)
     if fcntl is None:  # pragma: no cover
@@ -141,18 +143,25 @@ def run_lock(lock_file: PathLike, target: PathLike) -> Iterator[None]:
         lock_file.parent.mkdir(parents=True, exist_ok=True)
     fd = _acquire(lock_file, target)
     try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        if fd is not None:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
         yield
     finally:
         # unlink while still holding the lock: a process that opened the old file then finds
         # it is no longer the one at lock_file and retries (see _acquire)
         with contextlib.suppress(OSError):
             os.unlink(lock_file)
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
 
-def _acquire(lock_file: Path, target: PathLike) -> int:
+#: flock errors that mean "this file system has no locks", not "someone holds it"
+_NO_LOCKS = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
+
+
+def _acquire(lock_file: Path, target: PathLike) -> Optional[int]:
+    """The locked descriptor of ``lock_file``, or None where the file system cannot lock."""
     while True:
         with naming(lock_file):
             fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
@@ -161,6 +170,10 @@ def _acquire(lock_file: Path, target: PathLike) -> int:
         except OSError as e:
             holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
+            if e.errno in _NO_LOCKS:
+                warnings.warn(f"cannot lock {lock_file} ({e.strerror}); nothing keeps a second "
+                              f"process from writing {target} at the same time", stacklevel=4)
+                return None
             if e.errno not in (errno.EAGAIN, errno.EACCES):
                 raise OSError(e.errno, e.strerror, os.fspath(lock_file)) from None
             raise RsmoothError(f"another rsmooth process (pid {holder}) is writing {target}; "
