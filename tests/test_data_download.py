@@ -23,6 +23,7 @@ from rsmooth.data import DataIntegrityWarning, download_file, get_dataset
 from rsmooth.data import cifar as cifar_mod
 from rsmooth.data import mnist as mnist_mod
 from rsmooth.errors import RsmoothError
+from rsmooth.fileio import umask
 
 
 @pytest.fixture(autouse=True)
@@ -101,6 +102,7 @@ def test_download_success(server, tmp_path, capsys):
     dest = tmp_path / "out" / "sub" / "blob.bin"
     got = download_file(f"{base}/blob.bin", dest, hashlib.md5(payload).hexdigest())
     assert got == dest and dest.read_bytes() == payload and no_temp_files(dest.parent)
+    assert dest.stat().st_mode & 0o777 == 0o666 & ~umask()  # not mkstemp's 0600
     err = capsys.readouterr().err
     assert f"{base}/blob.bin" in err and str(dest) in err and "250.0 KB" in err
     # already there with the right checksum: nothing is fetched

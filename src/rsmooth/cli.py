@@ -332,18 +332,71 @@ def cmd_list(args: argparse.Namespace) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run one command and return its exit status.
+
+    0: done.  2: a problem the user fixes (bad input, a full or read-only disk, out of memory),
+    told in one line ``rsmooth: error: ...``.  1: an internal error (a bug), also one line;
+    ``--debug`` (anywhere in the arguments) or ``RSMOOTH_DEBUG=1`` shows its traceback instead.
+    130 (Ctrl-C) and 143 (SIGTERM, what schedulers send before killing a job): the run stops as
+    if killed between two units of work (training keeps its last checkpoint, certification its
+    whole rows), and rerunning the same command (train: with --resume) continues it.
+    """
+    import os
+    import signal
+    import threading
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("RSMOOTH_DEBUG", "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
+    terminated: List[int] = []
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        terminated.append(signum)
+        raise KeyboardInterrupt  # unwind exactly as Ctrl-C does
+
+    # before anything imports torch (seconds), so a stop during start-up is handled too
+    handle_signals = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_sigterm) if handle_signals else None
     try:
+        args = build_parser().parse_args(argv)
         args.func(args)
-    except RsmoothError as e:
-        print(f"rsmooth: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
-        print("rsmooth: interrupted; rerun the same command (train: add --resume) to continue",
-              file=sys.stderr)
-        return 130
+        print(f"rsmooth: {'terminated' if terminated else 'interrupted'}; rerun the same command "
+              f"(train: add --resume) to continue", file=sys.stderr)
+        return 143 if terminated else 130
+    except Exception as e:
+        if debug:
+            raise
+        code, message = _explain(e)
+        print(message, file=sys.stderr)
+        return code
+    finally:
+        if handle_signals:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
     return 0
+
+
+def _explain(e: Exception) -> typing.Tuple[int, str]:
+    """(exit status, the one line to print) for an exception that ended a command."""
+    import errno
+
+    first = (str(e).strip().splitlines() or [""])[0][:200]
+    if isinstance(e, RsmoothError):
+        return 2, f"rsmooth: error: {e}"
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" or "can't allocate memory" in first:
+        return 2, (f"rsmooth: error: out of memory ({first or type(e).__name__}); lower --batch-size "
+                   f"and rerun the same command to continue")
+    if isinstance(e, OSError):
+        full = "free some space or choose another --out, then rerun the same command to continue"
+        hint = {errno.ENOSPC: full, getattr(errno, "EDQUOT", errno.ENOSPC): full,
+                errno.EFBIG: "the file system or a limit (ulimit -f) allows no file this large; " + full,
+                errno.EROFS: "choose another --out on a writable file system",
+                errno.EACCES: "fix the permissions (or, for an output, choose another --out)",
+                errno.EPERM: "fix the permissions (or, for an output, choose another --out)"}.get(e.errno)
+        where = f"{e.filename}: " if e.filename else ""
+        return 2, f"rsmooth: error: {where}{e.strerror or first}" + (f"; {hint}" if hint else "")
+    return 1, (f"rsmooth: internal error: {type(e).__name__}: {first} (rerun with --debug or "
+               f"RSMOOTH_DEBUG=1 to see the traceback; please report it)")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from ..errors import RsmoothError, check
+from ..fileio import umask
 
 __all__ = ["download_file", "md5_file", "TIMEOUT_S"]
 
@@ -138,6 +139,7 @@ def _fetch(url: str, dest: Path, md5: str, size_hint: Optional[int]) -> None:
                     f"checksum mismatch for {url}: MD5 {got}, expected {md5}; "
                     f"the download was deleted and {dest} was not written"
                 )
+            os.chmod(tmp, 0o666 & ~umask())  # mkstemp's 0600 would hide a shared data folder
             os.replace(tmp, dest)
         finally:
             if tmp.exists():

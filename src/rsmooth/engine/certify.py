@@ -16,6 +16,7 @@ from typing import Callable, Optional
 
 
 from ..errors import RsmoothError, check
+from ..fileio import remove_stale_temps, run_lock
 from ..metrics import CertifyWriter, read_sidecar, sidecar_path, write_sidecar
 from ..smoothing import Smooth, validate_alpha, validate_count, validate_sigma
 from .checkpoint import file_sha256, resolve_device, git_commit, load_model, versions
@@ -85,39 +86,41 @@ def run_certification(
         "versions": versions(), "git_commit": git_commit(),
         "started": datetime.datetime.now().isoformat(timespec="seconds"),
     }
-    resume = out_path.exists() and not overwrite
-    if resume:
-        old = read_sidecar(out_path)
-        if old is None:
-            raise RsmoothError(f"{out_path} exists without its metadata {sidecar_path(out_path)}; "
-                               f"pass --overwrite to replace it or choose another --out")
-        diff = [k for k in _RUN_IDENTITY if old.get(k) != meta.get(k)]
-        if diff:
-            k = diff[0]
-            raise RsmoothError(f"{out_path} holds a run with {k}={old.get(k)!r}, not {meta.get(k)!r}; "
-                               f"pass --overwrite to replace it or choose another --out")
-        meta["started"] = old.get("started", meta["started"])
-    write_sidecar(out_path, {**meta, "complete": False})
+    with run_lock(Path(f"{out_path}.lock"), out_path):
+        remove_stale_temps(out_path, sidecar_path(out_path))
+        resume = out_path.exists() and not overwrite
+        if resume:
+            old = read_sidecar(out_path)
+            if old is None:
+                raise RsmoothError(f"{out_path} exists without its metadata {sidecar_path(out_path)}; "
+                                   f"pass --overwrite to replace it or choose another --out")
+            diff = [k for k in _RUN_IDENTITY if old.get(k) != meta.get(k)]
+            if diff:
+                k = diff[0]
+                raise RsmoothError(f"{out_path} holds a run with {k}={old.get(k)!r}, not {meta.get(k)!r}; "
+                                   f"pass --overwrite to replace it or choose another --out")
+            meta["started"] = old.get("started", meta["started"])
+        write_sidecar(out_path, {**meta, "complete": False})
 
-    from tqdm.auto import tqdm
+        from tqdm.auto import tqdm
 
-    with CertifyWriter(out_path, resume=resume) as writer:
-        todo = [i for i in indices if i not in writer.done_indices]
-        if resume and writer.done_indices:
-            log(f"continuing {out_path}: {len(indices) - len(todo)} of {len(indices)} examples done")
-        bar = tqdm(todo, desc=mode, unit="img", dynamic_ncols=True,
-                   disable=not (progress and sys.stderr.isatty()))
-        for i in bar:
-            x, label = data[i]
-            g = generator(seed, mode, i, device=dev)
-            t0 = time.perf_counter()
-            if mode == "certify":
-                pred, radius = smooth.certify(x, n0, n, alpha, batch_size, generator=g)
-            else:
-                pred, radius = smooth.predict(x, n, alpha, batch_size, generator=g), 0.0
-            writer.write(i, int(label), pred, radius, pred == int(label), time.perf_counter() - t0)
-    meta["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
-    write_sidecar(out_path, {**meta, "complete": True})
+        with CertifyWriter(out_path, resume=resume) as writer:
+            todo = [i for i in indices if i not in writer.done_indices]
+            if resume and writer.done_indices:
+                log(f"continuing {out_path}: {len(indices) - len(todo)} of {len(indices)} examples done")
+            bar = tqdm(todo, desc=mode, unit="img", dynamic_ncols=True,
+                       disable=not (progress and sys.stderr.isatty()))
+            for i in bar:
+                x, label = data[i]
+                g = generator(seed, mode, i, device=dev)
+                t0 = time.perf_counter()
+                if mode == "certify":
+                    pred, radius = smooth.certify(x, n0, n, alpha, batch_size, generator=g)
+                else:
+                    pred, radius = smooth.predict(x, n, alpha, batch_size, generator=g), 0.0
+                writer.write(i, int(label), pred, radius, pred == int(label), time.perf_counter() - t0)
+        meta["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
+        write_sidecar(out_path, {**meta, "complete": True})
     return out_path
 
 

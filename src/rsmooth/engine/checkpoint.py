@@ -7,9 +7,7 @@ Public checkpoints of Cohen/Salman/Jeong/MACER (SPEC.md 3) load too, given the d
 """
 from __future__ import annotations
 
-import os
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
@@ -19,6 +17,7 @@ from torch import nn
 
 from .. import __version__
 from ..errors import RsmoothError
+from ..fileio import atomic_write
 
 FORMAT = "rsmooth-checkpoint"
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -30,23 +29,10 @@ PUBLIC_ARCHS = {"cifar_resnet20": "cifar_resnet20", "cifar_resnet110": "cifar_re
 
 
 def atomic_save(obj: Any, path: Union[str, Path]) -> None:
-    """``torch.save`` to a temporary file in the same folder, fsync, then ``os.replace``.
-
-    A kill at any moment leaves either the old file or the new one, never a torn file.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """``torch.save`` through :func:`rsmooth.fileio.atomic_write`: a kill at any moment leaves
+    either the old file or the new one, never a torn file; the file is readable as the umask
+    allows; a full disk is an OSError naming ``path``."""
+    atomic_write(path, lambda f: torch.save(obj, f))
 
 
 def resolve_device(name: Optional[str]) -> torch.device:

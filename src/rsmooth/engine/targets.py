@@ -12,11 +12,14 @@ augmenting training loader); ``augment=False`` uses the un-augmented images.
 Files: ``OUT`` is a ``.npy`` array (float32 [N x K], rows in dataset index order, each row sums
 to 1) and ``OUT.json`` records the dataset fingerprint, checkpoint sha256, sigma, sample count,
 augmentation and seed.  While running, counts go to ``OUT.partial.npy`` with a done-mask
-``OUT.done.npy`` (memory-mapped, flushed after each block of images), so a killed run loses at
-most the block in flight and resumes where it stopped with identical results.
+``OUT.done.npy`` (written after each block of images), so a killed run loses at most the block
+in flight and resumes where it stopped with identical results.  The run is complete when
+``OUT`` appears (its metadata says ``complete`` before that); a rerun of the same command
+finishes or tidies up whatever state a kill left, and two runs on one ``OUT`` are refused.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -27,6 +30,7 @@ import numpy as np
 import torch
 
 from ..errors import RsmoothError, check
+from ..fileio import atomic_write, atomic_write_bytes, naming, remove_stale_temps, run_lock
 from ..smoothing import Smooth, validate_count, validate_sigma
 from .checkpoint import file_sha256, resolve_device, load_model, versions
 from .seeding import generator
@@ -94,52 +98,134 @@ def compute_targets(
             "checkpoint_sha256": file_sha256(loaded.path), "arch": loaded.arch, "sigma": sigma,
             "num_samples": num_samples, "augment": bool(augment), "seed": seed,
             "num_classes": loaded.num_classes, **smooth.mode(), "versions": versions()}
-    partial, done_path = out_path.with_name(out_path.name + ".partial.npy"), out_path.with_name(out_path.name + ".done.npy")
     n, k = len(data), loaded.num_classes
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    old = json.loads(_meta_path(out_path).read_text()) if _meta_path(out_path).exists() else None
-    diff = [f for f in _IDENTITY if old is not None and old.get(f) != meta.get(f)]
-    if out_path.exists() and not overwrite:
-        if old is None or diff:
-            what = f"{diff[0]}={old.get(diff[0])!r}, not {meta.get(diff[0])!r}" if diff else "no metadata"
-            raise RsmoothError(f"{out_path} exists with {what}; pass --overwrite or choose another --out")
-        log(f"{out_path} is already computed")
-        return out_path
-    if partial.exists() and done_path.exists() and old is not None and not overwrite:
-        if diff:
-            raise RsmoothError(f"{partial} was started with {diff[0]}={old.get(diff[0])!r}, not "
-                               f"{meta.get(diff[0])!r}; delete {partial} and {done_path} to start over")
-        counts = np.load(partial, mmap_mode="r+")
-        done = np.load(done_path, mmap_mode="r+")
-        log(f"continuing {out_path}: {int(done.sum())} of {len(done)} blocks done")
-    else:
-        _write_json(_meta_path(out_path), {**meta, "complete": False})
-        counts = np.lib.format.open_memmap(partial, mode="w+", dtype=np.int32, shape=(n, k))
-        done = np.lib.format.open_memmap(done_path, mode="w+", dtype=np.uint8, shape=((n + BLOCK - 1) // BLOCK,))
-    todo = [b for b in range(len(done)) if not done[b]]
-    bar = tqdm(total=n, initial=n - sum(min(BLOCK, n - b * BLOCK) for b in todo), desc="targets",
-               unit="img", dynamic_ncols=True, disable=not (progress and sys.stderr.isatty()))
-    for i, b in enumerate(todo):
-        if stop_after_blocks is not None and i >= stop_after_blocks:
-            return out_path
-        idx = torch.arange(b * BLOCK, min((b + 1) * BLOCK, n))
-        x, _ = data.get_batch(idx, augment=augment, generator=generator(seed, "targets-augment", b))
-        votes = smooth.count_votes(x, num_samples, batch_size, generator=generator(seed, "targets", b, device=dev))
-        counts[idx.numpy()] = votes.cpu().numpy()
-        counts.flush()
-        done[b] = 1
-        done.flush()
-        bar.update(len(idx))
-    bar.close()
-    freqs = (np.asarray(counts, dtype=np.float64) / num_samples).astype(np.float32)
-    tmp = out_path.with_name(f".{out_path.name}.tmp.npy")
-    np.save(tmp, freqs)
-    os.replace(tmp, out_path)
-    _write_json(_meta_path(out_path), {**meta, "complete": True})
-    del counts, done
-    partial.unlink()
-    done_path.unlink()
+    with run_lock(out_path.with_name(out_path.name + ".lock"), out_path):
+        files = _Files(out_path)
+        remove_stale_temps(out_path, files.meta, files.partial, files.done)
+        old = _read_meta(files.meta)
+        diff = [f for f in _IDENTITY if old is not None and old.get(f) != meta.get(f)]
+        if overwrite:
+            files.remove(out_path)
+        elif out_path.exists():
+            if old is None or diff:
+                what = f"{diff[0]}={old.get(diff[0])!r}, not {meta.get(diff[0])!r}" if diff else "no metadata"
+                raise RsmoothError(f"{out_path} exists with {what}; pass --overwrite or choose another --out")
+            if old.get("complete"):
+                files.remove()  # partial files of a run killed right after it finished
+                log(f"{out_path} is already computed")
+                return out_path
+        done = None
+        if old is not None and not overwrite and files.partial.exists() and files.done.exists():
+            if diff:
+                raise RsmoothError(f"{files.partial} was started with {diff[0]}={old.get(diff[0])!r}, not "
+                                   f"{meta.get(diff[0])!r}; delete {files.partial} and {files.done} to start over")
+            done = files.read_done(n, k)
+            if done is None:
+                log(f"{files.partial} or {files.done} is unreadable (left by an interrupted run); "
+                    f"starting over")
+            else:
+                log(f"continuing {out_path}: {int(done.sum())} of {len(done)} blocks done")
+        if done is None:
+            _write_json(files.meta, {**meta, "complete": False})
+            done = files.create(n, k)
+        todo = [b for b in range(len(done)) if not done[b]]
+        bar = tqdm(total=n, initial=n - sum(min(BLOCK, n - b * BLOCK) for b in todo), desc="targets",
+                   unit="img", dynamic_ncols=True, disable=not (progress and sys.stderr.isatty()))
+        for i, b in enumerate(todo):
+            if stop_after_blocks is not None and i >= stop_after_blocks:
+                return out_path
+            idx = torch.arange(b * BLOCK, min((b + 1) * BLOCK, n))
+            x, _ = data.get_batch(idx, augment=augment, generator=generator(seed, "targets-augment", b))
+            votes = smooth.count_votes(x, num_samples, batch_size, generator=generator(seed, "targets", b, device=dev))
+            files.write_rows(b * BLOCK, votes.cpu().numpy())
+            done[b] = 1
+            files.write_done(done)
+            bar.update(len(idx))
+        bar.close()
+        counts = np.load(files.partial, mmap_mode="r")
+        freqs = (np.asarray(counts, dtype=np.float64) / num_samples).astype(np.float32)
+        del counts
+        # completion is the appearance of out_path: its metadata says complete before it
+        _write_json(files.meta, {**meta, "complete": True})
+        atomic_write(out_path, lambda f: np.save(f, freqs))
+        files.remove()
     return out_path
+
+
+class _Files:
+    """The files of a targets run beside ``OUT``: metadata, vote counts and done-mask.
+
+    ``OUT.partial.npy`` (int32 [N x K] counts) and ``OUT.done.npy`` (uint8, one flag per block)
+    are created whole under temporary names, their space allocated up front; counts are written
+    in place with plain writes (a full disk is an OSError, not a SIGBUS in a memory map) and
+    fsynced before the done-mask, replaced atomically, marks their block done.
+    """
+
+    def __init__(self, out: Path) -> None:
+        self.meta = _meta_path(out)
+        self.partial = out.with_name(out.name + ".partial.npy")
+        self.done = out.with_name(out.name + ".done.npy")
+
+    def create(self, n: int, k: int) -> np.ndarray:
+        def zeros(f):
+            np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.int32)),
+                                                     "fortran_order": False, "shape": (n, k)})
+            _allocate(f, f.tell() + n * k * 4)
+
+        atomic_write(self.partial, zeros)
+        done = np.zeros((n + BLOCK - 1) // BLOCK, dtype=np.uint8)
+        self.write_done(done)
+        return done
+
+    def read_done(self, n: int, k: int) -> Optional[np.ndarray]:
+        """The done-mask, or None when either file is unreadable or of the wrong shape."""
+        try:
+            counts = np.load(self.partial, mmap_mode="r")
+            done = np.load(self.done, allow_pickle=False)
+        except (OSError, ValueError, EOFError):
+            return None
+        if counts.shape != (n, k) or counts.dtype != np.int32 or done.shape != ((n + BLOCK - 1) // BLOCK,):
+            return None
+        return done.astype(np.uint8)
+
+    def write_rows(self, start: int, rows: np.ndarray) -> None:
+        """Write ``rows`` (int32 [B x K]) in place from row ``start``, then fsync."""
+        offset = np.load(self.partial, mmap_mode="r").offset + start * rows.shape[1] * 4
+        with naming(self.partial), open(self.partial, "r+b") as f:
+            f.seek(offset)
+            f.write(np.ascontiguousarray(rows, dtype=np.int32).tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+
+    def write_done(self, done: np.ndarray) -> None:
+        atomic_write(self.done, lambda f: np.save(f, done))
+
+    def remove(self, *more: Path) -> None:
+        for p in (self.partial, self.done, *more):
+            p.unlink(missing_ok=True)
+
+
+def _allocate(f, size: int) -> None:
+    """Extend ``f`` to ``size`` zero bytes, allocated now where the file system can (a full disk
+    fails here rather than hours later)."""
+    f.flush()
+    if hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(f.fileno(), 0, size)
+            return
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+    f.truncate(size)
+
+
+def _read_meta(path: Path) -> Optional[dict]:
+    """The run's metadata, or None when there is none (or it is unreadable)."""
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
 
 
 def load_targets(path: str, dataset) -> torch.Tensor:
@@ -169,6 +255,4 @@ def load_targets(path: str, dataset) -> torch.Tensor:
 
 
 def _write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())

@@ -13,7 +13,9 @@ first reduced one ("cohen").
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 import math
 import sys
@@ -27,6 +29,7 @@ from torch import nn
 
 from .. import __version__
 from ..errors import RsmoothError, check
+from ..fileio import atomic_write_bytes, naming, remove_stale_temps, run_lock
 from ..methods import Batch, Method, StepContext, create_method
 from .checkpoint import (CHECKPOINT_NAME, FORMAT, atomic_save, git_commit, read_checkpoint,
                          resolve_device, versions)
@@ -200,6 +203,28 @@ def _check_resume(saved: Dict[str, Any], c: TrainConfig, path: Path) -> None:
                                f"use the same settings or a new --out")
 
 
+def _exclusive(fn: Callable[..., "TrainResult"]) -> Callable[..., "TrainResult"]:
+    """Run ``fn(config, out, ...)`` holding the lock ``out/.lock`` (a second process training into
+    ``out`` is refused), after removing the temporary files a killed run left in ``out``; a
+    folder created here and left empty (bad settings) is removed."""
+
+    @functools.wraps(fn)
+    def locked(config: TrainConfig, out: str, **kw: Any) -> "TrainResult":
+        out_dir = Path(out)
+        created = not out_dir.exists()
+        try:
+            with run_lock(out_dir / ".lock", out_dir):
+                remove_stale_temps(*(out_dir / name for name in (CHECKPOINT_NAME, "config.json", "train.log")))
+                return fn(config, out, **kw)
+        finally:
+            if created:
+                with contextlib.suppress(OSError):  # not empty: the run wrote something
+                    out_dir.rmdir()
+
+    return locked
+
+
+@_exclusive
 def train(
     config: TrainConfig,
     out: str,
@@ -264,10 +289,11 @@ def train(
         torch.set_rng_state(ck["rng"]["torch"])
         log(f"resuming {ckpt_path} after epoch {start_epoch}")
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.json").write_text(json.dumps(
-        {"config": c.to_dict(), "versions": versions(), "git_commit": git_commit()}, indent=2) + "\n")
-    log_file = open(out_dir / "train.log", "a")
+    atomic_write_bytes(out_dir / "config.json", (json.dumps(
+        {"config": c.to_dict(), "versions": versions(), "git_commit": git_commit()}, indent=2) + "\n").encode())
+    # one line per finished epoch: a kill between a checkpoint and its log line lost that line
+    log_path = atomic_write_bytes(out_dir / "train.log", "".join(json.dumps(r) + "\n" for r in history).encode())
+    log_file = open(log_path, "a")
     lr_drop = first_lr_drop(c)
     noise_gen = torch.Generator(device=device)
     extras = {k: v.to(device) for k, v in extras.items()}
@@ -316,10 +342,12 @@ def train(
                     f"test acc {record['test_acc']:.4f}  noisy {record['test_acc_noisy']:.4f}  "
                     f"{record['time']:.1f}s")
             log(line)
-            log_file.write(json.dumps(record) + "\n")
-            log_file.flush()
+            with naming(log_path):
+                log_file.write(json.dumps(record) + "\n")
+                log_file.flush()
     finally:
-        log_file.close()
+        with contextlib.suppress(OSError):  # a failed write has raised already
+            log_file.close()
     return TrainResult(ckpt_path, history, model)
 
 

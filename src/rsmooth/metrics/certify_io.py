@@ -17,12 +17,12 @@ readable by every other codebase.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import math
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional, Set, Tuple, Union
@@ -30,6 +30,7 @@ from typing import Any, List, Optional, Set, Tuple, Union
 import numpy as np
 
 from ..errors import RsmoothError
+from ..fileio import atomic_write_bytes, naming
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -184,23 +185,6 @@ def read_certify_tsv(path: PathLike) -> CertifyResult:
 # ----------------------------------------------------------------------------- writing
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder and ``os.replace``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def format_row(idx: int, label: int, predict: int, radius: float, correct: Any,
                time: Union[float, datetime.timedelta]) -> str:
     """One TSV line (without newline): radius as ``repr(float)``, correct 0/1, time in
@@ -238,16 +222,19 @@ class CertifyWriter:
         self.done_indices: Set[int] = set()
         #: Number of partial trailing bytes dropped when resuming (0 if none).
         self.dropped_bytes = 0
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_header = True
-        if resume and self.path.exists():
-            write_header = not self._prepare_resume()
-        if write_header:
-            self._f = open(self.path, "w", encoding="utf-8", newline="\n")
-            self._f.write(TSV_HEADER + "\n")
-            self._f.flush()
-        else:
-            self._f = open(self.path, "a", encoding="utf-8", newline="\n")
+        with naming(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_header = True
+            if resume and self.path.exists():
+                write_header = not self._prepare_resume()
+            self._f = open(self.path, "w" if write_header else "a", encoding="utf-8", newline="\n")
+            if write_header:
+                try:
+                    self._f.write(TSV_HEADER + "\n")
+                    self._f.flush()
+                except BaseException:
+                    self._close_quietly()
+                    raise
 
     def _prepare_resume(self) -> bool:
         """Validate the existing file and cut a partial last line; False if it is empty."""
@@ -263,7 +250,7 @@ class CertifyWriter:
         if keep != text:
             data = keep.encode("utf-8")
             self.dropped_bytes = len(text.encode("utf-8")) - len(data)
-            _atomic_write_bytes(self.path, data)
+            atomic_write_bytes(self.path, data)
         self.done_indices = {row[0] for row in rows}
         return True
 
@@ -278,27 +265,42 @@ class CertifyWriter:
         idx = int(idx)
         if idx in self.done_indices:
             raise RsmoothError(f"{self.path}: idx {idx} is already certified in this file")
-        self._f.write(format_row(idx, label, predict, radius, correct, time) + "\n")
-        self._f.flush()
+        line = format_row(idx, label, predict, radius, correct, time) + "\n"
+        with naming(self.path):
+            self._f.write(line)
+            self._f.flush()
         self.done_indices.add(idx)
 
     def close(self) -> None:
-        """Flush and close the file (idempotent)."""
-        if not self._f.closed:
-            self._f.flush()
-            os.fsync(self._f.fileno())
-            self._f.close()
+        """Flush, fsync and close the file (idempotent); the file is closed even when the
+        flush fails (a full disk), and the error names the file."""
+        if self._f.closed:
+            return
+        with naming(self.path):
+            try:
+                self._f.flush()
+                os.fsync(self._f.fileno())
+            finally:
+                self._f.close()
+
+    def _close_quietly(self) -> None:
+        """Close while another error is on its way out: a failing flush would only repeat it
+        (a row whose flush failed has already raised from :meth:`write`)."""
+        with contextlib.suppress(OSError):
+            self.close()
 
     def __enter__(self) -> "CertifyWriter":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._close_quietly()
 
-    def __del__(self) -> None:  # pragma: no cover - safety net only
-        f = getattr(self, "_f", None)
-        if f is not None and not f.closed:
-            f.close()
+    def __del__(self) -> None:
+        if getattr(self, "_f", None) is not None:
+            self._close_quietly()
 
 
 # ----------------------------------------------------------------------------- sidecar
@@ -336,8 +338,7 @@ def write_sidecar(tsv_path: PathLike, meta: dict) -> Path:
                           allow_nan=True)
     except (TypeError, ValueError) as e:
         raise RsmoothError(f"{path}: cannot write sidecar JSON: {e}") from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write_bytes(path, (text + "\n").encode("utf-8"))
+    atomic_write_bytes(path, (text + "\n").encode("utf-8"))
     return path
 
 
