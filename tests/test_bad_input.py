@@ -94,6 +94,11 @@ def test_absurd_sigma_is_refused(sigma):
     assert validate_sigma(10) == 10.0
 
 
+def test_training_sigma_is_bounded_too(tmp_path):
+    with pytest.raises(RsmoothError, match="sigma must be <= 10"):
+        train(TrainConfig(dataset="digits", epochs=1, hparams={"sigma": 1e300}), tmp_path, **QUIET)
+
+
 def test_cli_absurd_sigma_is_one_line(ckpt, tmp_path, capsys):
     assert main(["certify", "--checkpoint", str(ckpt), "--out", str(tmp_path / "c.tsv"),
                  "--sigma", "1e300"]) == 2

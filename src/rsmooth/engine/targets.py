@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from ..errors import RsmoothError, check, first_line
-from ..smoothing import Smooth, validate_count, validate_sigma
 from ..paths import check_output_file
+from ..smoothing import Smooth, validate_count, validate_sigma
 from .checkpoint import file_sha256, resolve_checkpoint_path, resolve_device, load_model, versions
 from .seeding import generator, validate_seed
 

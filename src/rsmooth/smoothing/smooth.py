@@ -77,12 +77,13 @@ def _out_of_memory(e: BaseException) -> bool:
 class _NoisyVotes(nn.Module):
     """votes[g, m] = argmax f(noise[g, m] + x[g, 0]): the unit that compiled mode compiles.
 
-    A noisy input whose logits are not all finite votes for the extra index K (the width of
-    the logits), which Smooth counts and refuses after sampling: argmax over NaN would
-    otherwise vote for class 0 and certify a broken model (no host sync per batch).
     The noisy input is formed in the noise's dtype (the model's own, float32) and cast once
     to the sampling precision and memory format, so every mode classifies the same noisy
     points and the modes differ only in the arithmetic of f.
+
+    A noisy input whose logits are not all finite votes for the extra index K (the width of
+    the logits), which Smooth counts and refuses after sampling: argmax over NaN would
+    otherwise vote for class 0 and certify a broken model (no host sync per batch).
     """
 
     def __init__(self, model: nn.Module, dtype: torch.dtype, channels_last: bool) -> None:
@@ -245,7 +246,7 @@ class Smooth:
         """A contiguous view of one reused buffer (never materialise all n copies)."""
         numel = math.prod(shape)
         if self._noise is None or self._noise.numel() < numel:
-            self._noise = None
+            self._noise = None  # free the old buffer before allocating a larger one
             try:  # zeros: padded rows of compiled mode are classified (never counted) before they hold noise
                 self._noise = torch.zeros(numel, dtype=self._noise_dtype, device=self.device)
             except (RuntimeError, MemoryError, TypeError) as e:
@@ -294,13 +295,13 @@ class Smooth:
         _validate_input(xs, 4, "xs")
         num = validate_count("num", num)
         batch_size = validate_count("batch_size", batch_size)
-        _validate_generator(generator, self.device)
         with self._eval():
             return self._count(xs, num, batch_size, generator)
 
     def _count(self, xs, num, batch_size, generator) -> torch.Tensor:
         xs = xs.to(device=self.device, dtype=self._noise_dtype).contiguous()
         B, K = xs.shape[0], self.num_classes
+        _validate_generator(generator, self.device)
         self._check_model(xs)
         counts = torch.zeros(B, K + 1, dtype=torch.long, device=self.device)  # column K: non-finite
         if num >= batch_size or B == 1:  # one image per pass, `batch_size` copies
@@ -349,7 +350,6 @@ class Smooth:
         n = validate_count("n", n)
         alpha = validate_alpha(alpha)
         batch_size = validate_count("batch_size", batch_size)
-        _validate_generator(generator, self.device)
         with self._eval():
             counts = self._count_one(x, n, batch_size, generator)
         top2 = np.argsort(-counts, kind="stable")[:2]  # ties to the lowest index
@@ -384,7 +384,6 @@ class Smooth:
         n = validate_count("n", n)
         alpha = validate_alpha(alpha)
         batch_size = validate_count("batch_size", batch_size)
-        _validate_generator(generator, self.device)
         with self._eval():
             counts0 = self._count_one(x, n0, batch_size, generator)
             c_a = int(np.argmax(counts0))  # first maximum: ties to the lowest index
