@@ -13,3 +13,8 @@ def check(condition: bool, message: str) -> None:
     """Raise :class:`RsmoothError` with ``message`` unless ``condition`` holds."""
     if not condition:
         raise RsmoothError(message)
+
+
+def first_line(e: BaseException, limit: int = 160) -> str:
+    """The first non-blank line of an exception's message (its type name if none), shortened."""
+    return next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)[:limit]

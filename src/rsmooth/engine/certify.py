@@ -18,9 +18,12 @@ from typing import Callable, Optional
 from ..errors import RsmoothError, check
 from ..fileio import remove_stale_temps, run_lock
 from ..metrics import CertifyWriter, read_sidecar, sidecar_path, write_sidecar
-from ..smoothing import Smooth, validate_alpha, validate_count, validate_sigma
-from .checkpoint import file_sha256, resolve_device, git_commit, load_model, versions
-from .seeding import generator
+from ..metrics.certify_io import TSV_HEADER
+from ..paths import check_output_file
+from ..smoothing import Smooth, max_certifiable_radius, validate_alpha, validate_count, validate_sigma
+from .checkpoint import (file_sha256, git_commit, load_model, resolve_checkpoint_path, resolve_device,
+                         versions)
+from .seeding import generator, validate_seed
 
 #: sidecar fields that must agree for a run to continue an existing TSV
 _RUN_IDENTITY = ("mode", "dataset", "split", "sigma", "n0", "n", "alpha", "skip", "max", "seed",
@@ -66,10 +69,18 @@ def run_certification(
     if mode == "certify":
         n0 = validate_count("n0", n0)
     alpha = validate_alpha(alpha)
-    batch_size = validate_count("batch_size", batch_size or DEFAULT_BATCH_SIZE)
+    batch_size = validate_count("batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size)
+    skip = validate_count("skip", skip)
+    max = None if max is None else validate_count("max", max)
+    seed = validate_seed(seed)
+    if sigma is not None:
+        sigma = validate_sigma(sigma)
+    dev = resolve_device(device)
+    _check_out(out, resolve_checkpoint_path(checkpoint), overwrite)
     loaded = load_model(checkpoint, dataset=dataset)
     sigma = validate_sigma(sigma if sigma is not None else _require_sigma(loaded))
-    dev = resolve_device(device)
+    if mode == "certify":
+        _warn_small_n(n, alpha, sigma, log)
     model = loaded.model.to(dev)
     data = get_dataset(loaded.dataset, split, data_dir=data_dir)
     indices = certify_indices(len(data), skip=skip, max=max)
@@ -122,6 +133,28 @@ def run_certification(
         meta["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
         write_sidecar(out_path, {**meta, "complete": True})
     return out_path
+
+
+def _check_out(out: str, checkpoint: Path, overwrite: bool) -> None:
+    """``out`` must be a writable file path, not the checkpoint, and --overwrite replaces only a
+    certify TSV (a typo must not destroy a model or another file)."""
+    path = check_output_file(out, inputs=[checkpoint])
+    if overwrite and path.exists() and path.stat().st_size > 0:
+        with open(path, "rb") as f:
+            first = f.read(len(TSV_HEADER) + 2).decode("utf-8", "replace").splitlines()[:1]
+        check(first == [TSV_HEADER], f"--out {out} exists and is not a certify TSV; --overwrite replaces only "
+                                     f"certify results: choose another --out or delete the file yourself")
+
+
+def _warn_small_n(n: int, alpha: float, sigma: float, log: Callable[[str], None]) -> None:
+    """Say when n is too small for a useful radius: at most sigma * Phi^-1(alpha^(1/n))."""
+    r_max = max_certifiable_radius(n, alpha, sigma)
+    if r_max <= 0:
+        log(f"warning: with n={n} and alpha={alpha} no radius can be certified (every example abstains: "
+            f"all n votes for one class give a lower bound alpha^(1/n) < 0.5); raise --n")
+    elif r_max < sigma:
+        log(f"warning: with n={n} and alpha={alpha} the largest certifiable radius is {r_max:.4g} "
+            f"(sigma * Phi^-1(alpha^(1/n)), sigma={sigma}); raise --n for larger radii (papers: 100000)")
 
 
 def _require_sigma(loaded) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import torch
 from torch import nn
@@ -35,14 +35,33 @@ def atomic_save(obj: Any, path: Union[str, Path]) -> None:
     atomic_write(path, lambda f: torch.save(obj, f))
 
 
+#: accelerator types ``--device`` accepts when this machine has them
+_ACCELERATORS = ("cuda", "mps", "xpu")
+
+
+def available_devices() -> List[str]:
+    """The devices this machine can run on: ``cpu`` and each available accelerator ``type:N``."""
+    names = ["cpu"]
+    for kind in _ACCELERATORS:
+        mod = getattr(torch, kind, None)
+        if mod is not None and mod.is_available():
+            names += [f"{kind}:{i}" for i in range(mod.device_count())]
+    return names
+
+
 def resolve_device(name: Optional[str]) -> torch.device:
-    """The device named by ``--device``, or cuda when available, else cpu."""
-    if name:
-        try:
-            return torch.device(name)
-        except RuntimeError:
-            raise RsmoothError(f"unknown device {name!r}; use cpu, cuda or cuda:N") from None
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """The device named by ``--device`` if this machine has it, or cuda when available, else cpu."""
+    if not name:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    available = available_devices()
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, TypeError):
+        dev = None
+    if dev is not None and (dev.type == "cpu" or f"{dev.type}:{dev.index or 0}" in available):
+        return dev
+    raise RsmoothError(f"device {name!r} is not available on this machine; use one of: "
+                       f"{', '.join(available)}")
 
 
 def resolve_checkpoint_path(path: Union[str, Path]) -> Path:
@@ -56,8 +75,27 @@ def resolve_checkpoint_path(path: Union[str, Path]) -> Path:
     return p
 
 
+def state_digest(state: Mapping[str, torch.Tensor]) -> str:
+    """Hex sha256 of a state_dict: every key (sorted) with its dtype, shape and raw bytes.
+
+    Stored in rsmooth's checkpoints and checked on load, because ``torch.load`` does not verify
+    the zip's CRCs: a flipped bit inside a tensor would otherwise load silently.
+    """
+    import hashlib
+
+    h = hashlib.sha256()
+    for key in sorted(state):
+        t = state[key].detach().cpu().contiguous()
+        h.update(f"{key}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
 def read_checkpoint(path: Union[str, Path]) -> Dict[str, Any]:
-    """Load a checkpoint dict safely (``weights_only=True``); one-line errors if unreadable."""
+    """Load a checkpoint dict safely (``weights_only=True``); one-line errors if unreadable.
+
+    The weights of a checkpoint that records ``state_sha256`` (rsmooth's) must match it.
+    """
     p = resolve_checkpoint_path(path)
     try:
         obj = torch.load(p, map_location="cpu", weights_only=True)
@@ -68,6 +106,10 @@ def read_checkpoint(path: Union[str, Path]) -> Dict[str, Any]:
                            f"checkpoint ({reason[:160]})") from None
     if not isinstance(obj, dict):
         raise RsmoothError(f"checkpoint {p} holds a {type(obj).__name__}, not a dict of weights")
+    if "state_sha256" in obj and isinstance(obj.get("state_dict"), Mapping):
+        if state_digest(obj["state_dict"]) != obj["state_sha256"]:
+            raise RsmoothError(f"checkpoint {p} is corrupt: its weights do not match the stored sha256; "
+                               f"restore it from a copy or retrain")
     return obj
 
 
@@ -99,6 +141,19 @@ def versions() -> Dict[str, str]:
     return {"rsmooth": __version__, "torch": str(torch.__version__), "python": platform.python_version()}
 
 
+#: what an rsmooth checkpoint must hold to rebuild its model: key -> type
+_REQUIRED = {"arch": str, "dataset": str, "num_classes": int, "state_dict": Mapping}
+
+
+def _load_weights(path: Path, model: nn.Module, obj: Any, dataset: str) -> None:
+    from ..models import load_weights
+
+    try:
+        load_weights(model, obj, dataset)
+    except RsmoothError as e:
+        raise RsmoothError(f"checkpoint {path}: {e}") from None
+
+
 @dataclass
 class LoadedModel:
     """A model rebuilt from a checkpoint, with what the checkpoint says about it."""
@@ -120,11 +175,16 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None,
     agree with them (a model trained on one dataset cannot certify another).  Public
     checkpoints need ``dataset`` (their normalisation statistics are not stored).
     """
-    from ..models import create_model, default_arch, load_weights
+    from ..models import create_model, default_arch
 
     ckpt = read_checkpoint(path)
     p = resolve_checkpoint_path(path)
     if ckpt.get("format") == FORMAT:
+        missing = [k for k in _REQUIRED if not isinstance(ckpt.get(k), _REQUIRED[k])]
+        if missing:
+            raise RsmoothError(f"checkpoint {p} is an rsmooth checkpoint without a valid {missing[0]!r} "
+                               f"(it has keys {', '.join(map(repr, sorted(ckpt)[:10]))}); it was edited or "
+                               f"damaged: restore it from a copy or retrain")
         ck_arch, ck_data = ckpt["arch"], ckpt["dataset"]
         if arch is not None and arch != ck_arch:
             raise RsmoothError(f"checkpoint {p} holds a {ck_arch} model, not {arch}; "
@@ -140,7 +200,7 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None,
                                    f"match {dataset} ({info.num_classes} classes, input {info.input_shape})")
         data_name = dataset or ck_data
         model = create_model(ck_arch, ck_data, num_classes=ckpt.get("num_classes"))
-        load_weights(model, ckpt["state_dict"], ck_data)
+        _load_weights(p, model, ckpt["state_dict"], ck_data)
         return LoadedModel(model, ck_arch, data_name, int(ckpt["num_classes"]), ckpt.get("sigma"), p,
                            {k: ckpt.get(k) for k in ("epoch", "method", "seed", "config", "rsmooth_version")})
     # a public codebase's checkpoint
@@ -149,7 +209,7 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None,
                            f"normalisation and class count are known")
     name = arch or PUBLIC_ARCHS.get(str(ckpt.get("arch")), None) or default_arch(dataset)
     model = create_model(name, dataset)
-    load_weights(model, ckpt, dataset)
+    _load_weights(p, model, ckpt, dataset)
     from ..data import dataset_info
 
     return LoadedModel(model, name, dataset, dataset_info(dataset).num_classes, None, p,

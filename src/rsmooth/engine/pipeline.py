@@ -4,20 +4,30 @@
 at sigma, 4. certify, 5. analyze (optionally beside a Gaussian baseline at sigma trained and
 certified under the same budget, seeds and protocol).  Each step is skipped when its output
 already exists and matches, and continues when it was interrupted; a step whose output exists
-with other settings is an error (nothing is overwritten).
+with other settings is an error (nothing is overwritten).  Every argument is checked before
+the first step starts, so a typo fails in a second, not after hours of training.
 """
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from ..errors import RsmoothError
+from ..errors import RsmoothError, check
+from ..methods import create_method
+from ..paths import check_output_dir
+from ..smoothing import Precision, validate_alpha, validate_count, validate_sigma
 from .certify import run_certification
+from .checkpoint import resolve_device
+from .seeding import validate_seed
 from .train import TrainConfig, train
 
 #: the noise level of the model whose smoothed predictions are the targets (papers/000 C.5)
 SIGMA0 = 0.25
+#: run_certification arguments the pipeline sets itself
+_CERTIFY_SET = ("mode", "dataset", "split", "sigma", "n0", "n", "alpha", "skip", "max", "seed", "log",
+                "overwrite")
 
 
 def _preset_config(dataset: str, method: str, sigma: float) -> Dict[str, Any]:
@@ -31,10 +41,20 @@ def _preset_config(dataset: str, method: str, sigma: float) -> Dict[str, Any]:
 
 def _config(dataset: str, method: str, sigma: float, overrides: Dict[str, Any],
             hparams: Dict[str, Any]) -> TrainConfig:
+    """The run's TrainConfig, checked now (dataset, schedule, method hyperparameters)."""
     fields = _preset_config(dataset, method, sigma)
     fields.update({k: v for k, v in overrides.items() if v is not None})
     fields["hparams"] = {**fields.get("hparams", {}), **hparams, "sigma": sigma}
-    return TrainConfig(**fields)
+    config = TrainConfig(**fields)
+    resolved = config.resolved()
+    create_method(resolved.method, **resolved.hparams)
+    resolve_device(resolved.device)
+    return config
+
+
+def _check_options(what: str, given: Dict[str, Any], allowed: List[str]) -> None:
+    unknown = sorted(set(given) - set(allowed))
+    check(not unknown, f"unknown {what} {', '.join(unknown)}; use some of: {', '.join(sorted(allowed))}")
 
 
 def run_pipeline(
@@ -68,9 +88,27 @@ def run_pipeline(
 
     if method != "catrs":
         raise RsmoothError(f"the pipeline is defined for catrs, got {method!r}")
-    root = Path(out)
+    sigma, alpha = validate_sigma(sigma), validate_alpha(alpha)
+    n0, n, skip = validate_count("n0", n0), validate_count("n", n), validate_count("skip", skip)
+    max = None if max is None else validate_count("max", max)
+    target_samples = validate_count("target_samples", target_samples)
+    seed = validate_seed(seed)
     overrides = {**(train_overrides or {}), "seed": seed}
+    _check_options("training setting", overrides, [f.name for f in dataclasses.fields(TrainConfig)
+                                                   if f.name not in ("dataset", "method", "hparams")])
     copts = dict(certify_options or {})
+    _check_options("certify option", copts, [p.name for p in inspect.signature(run_certification).parameters.values()
+                                             if p.kind is p.KEYWORD_ONLY and p.name not in _CERTIFY_SET])
+    try:
+        Precision(copts.get("precision", "fp32"))
+    except ValueError:
+        raise RsmoothError(f"unknown precision {copts['precision']!r}; choose one of: "
+                           f"{', '.join(p.value for p in Precision)}") from None
+    resolve_device(copts.get("device"))
+    base_config = _config(dataset, "gaussian", SIGMA0, overrides, {})
+    cat = _config(dataset, method, sigma, overrides, dict(hparams or {}))
+    gauss_config = _config(dataset, "gaussian", sigma, overrides, {}) if compare_gaussian else None
+    root = check_output_dir(out)
     runs: List[Path] = []
     labels: List[str] = []
 
@@ -85,16 +123,14 @@ def run_pipeline(
                                       skip=skip, max=max, seed=seed, log=log, **copts))
         labels.append(label)
 
-    base = trained(f"gaussian_{SIGMA0:.2f}", _config(dataset, "gaussian", SIGMA0, overrides, {}))
+    base = trained(f"gaussian_{SIGMA0:.2f}", base_config)
     targets = root / f"targets_{SIGMA0:.2f}.npy"
     log(f"== targets from {base.name} ({target_samples} noises per training image)")
     compute_targets(str(base), str(targets), num_samples=target_samples, augment=target_augment,
                     seed=seed, log=log)
-    cat = _config(dataset, method, sigma, overrides, dict(hparams or {}))
     cat = dataclasses.replace(cat, targets=str(targets))
-    if compare_gaussian:
-        gauss = base if sigma == SIGMA0 else trained(
-            f"gaussian_{sigma:.2f}", _config(dataset, "gaussian", sigma, overrides, {}))
+    if gauss_config is not None:
+        gauss = base if sigma == SIGMA0 else trained(f"gaussian_{sigma:.2f}", gauss_config)
         certified(gauss, f"Gaussian sigma={sigma}")
     certified(trained(f"{method}_{sigma:.2f}", cat), f"CAT-RS sigma={sigma}")
     table = analyze([str(p) for p in runs], labels=labels, plot=str(root / "certified_accuracy.png"))

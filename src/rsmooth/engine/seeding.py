@@ -11,6 +11,20 @@ from typing import Optional
 
 import torch
 
+from ..errors import RsmoothError
+from ..smoothing.stats import validate_count
+
+#: seeds accepted everywhere: what ``torch.manual_seed`` takes without overflow, and >= 0
+MAX_SEED = 2 ** 63 - 1
+
+
+def validate_seed(seed: int, flag: str = "--seed") -> int:
+    """Return ``seed`` as int, or raise unless it is an integer in [0, MAX_SEED]."""
+    seed = validate_count(flag, seed, minimum=0)
+    if seed > MAX_SEED:
+        raise RsmoothError(f"{flag} must be at most 2**63 - 1, got {seed}")
+    return seed
+
 
 def derive_seed(seed: int, *keys: object) -> int:
     """A 63-bit seed that depends only on ``seed`` and ``keys`` (stable across processes)."""

@@ -29,11 +29,12 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from ..errors import RsmoothError, check
+from ..errors import RsmoothError, check, first_line
 from ..fileio import atomic_write, atomic_write_bytes, naming, remove_stale_temps, run_lock
+from ..paths import check_output_file
 from ..smoothing import Smooth, validate_count, validate_sigma
-from .checkpoint import file_sha256, resolve_device, load_model, versions
-from .seeding import generator
+from .checkpoint import file_sha256, resolve_checkpoint_path, resolve_device, load_model, versions
+from .seeding import generator, validate_seed
 
 #: images per resumable block (fixed, so seeds and augmentation do not depend on restarts)
 BLOCK = 256
@@ -83,7 +84,9 @@ def compute_targets(
     from ..smoothing import DEFAULT_BATCH_SIZE
 
     num_samples = validate_count("num_samples", num_samples)
-    batch_size = validate_count("batch_size", batch_size or DEFAULT_BATCH_SIZE)
+    batch_size = validate_count("batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size)
+    seed = validate_seed(seed)
+    check_output_file(out, inputs=[resolve_checkpoint_path(checkpoint)])
     loaded = load_model(checkpoint, dataset=dataset)
     check(sigma is not None or loaded.sigma is not None,
           f"checkpoint {loaded.path} does not record sigma; pass --sigma (0.25 in the papers)")
@@ -237,20 +240,28 @@ def load_targets(path: str, dataset) -> torch.Tensor:
     from ..data import check_fingerprint
 
     p = Path(path)
-    check(p.exists(), f"targets file {p} does not exist; make it with 'rsmooth targets'")
+    check(p.is_file(), f"targets file {p} does not exist; make it with 'rsmooth targets'")
     mp = _meta_path(p)
-    check(mp.exists(), f"targets file {p} has no metadata {mp}; make it with 'rsmooth targets'")
+    check(mp.is_file(), f"targets file {p} has no metadata {mp}; make it with 'rsmooth targets'")
+    remake = "rerun 'rsmooth targets' with --overwrite to make it again"
     try:
         meta = json.loads(mp.read_text())
-        arr = np.load(p, allow_pickle=False)
     except (ValueError, OSError) as e:
-        raise RsmoothError(f"cannot read targets file {p}: {str(e).splitlines()[0][:120]}") from None
+        raise RsmoothError(f"cannot read the metadata {mp} of targets file {p} ({first_line(e)}); {remake}") from None
+    check(isinstance(meta, dict) and isinstance(meta.get("data_fingerprint", {}), dict),
+          f"the metadata {mp} of targets file {p} is not an rsmooth targets record; {remake}")
     check(meta.get("complete", False), f"targets file {p} is incomplete; rerun 'rsmooth targets' to finish it")
+    try:
+        arr = np.load(p, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise RsmoothError(f"cannot read targets file {p}: empty, truncated or not a .npy array "
+                           f"({first_line(e)}); {remake}") from None
     check_fingerprint(meta.get("data_fingerprint", {}), dataset.fingerprint(), f"targets file {p}")
     check(arr.ndim == 2 and arr.shape == (len(dataset), dataset.num_classes),
           f"targets file {p} has shape {arr.shape}, expected ({len(dataset)}, {dataset.num_classes})")
-    check(bool(np.isfinite(arr).all()) and bool(np.allclose(arr.sum(1), 1.0, atol=1e-4)),
-          f"targets file {p} does not hold frequencies (rows must sum to 1)")
+    check(np.issubdtype(arr.dtype, np.floating) and bool(np.isfinite(arr).all()) and bool((arr >= 0).all())
+          and bool(np.allclose(arr.sum(1), 1.0, atol=1e-4)),
+          f"targets file {p} does not hold frequencies (finite, >= 0, rows summing to 1); {remake}")
     return torch.from_numpy(arr.astype(np.float32))
 
 

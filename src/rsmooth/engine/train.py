@@ -31,9 +31,10 @@ from .. import __version__
 from ..errors import RsmoothError, check
 from ..fileio import atomic_write_bytes, naming, remove_stale_temps, run_lock
 from ..methods import Batch, Method, StepContext, create_method
+from ..paths import check_output_dir
 from .checkpoint import (CHECKPOINT_NAME, FORMAT, atomic_save, git_commit, read_checkpoint,
-                         resolve_device, versions)
-from .seeding import derive_seed, generator
+                         resolve_device, state_digest, versions)
+from .seeding import derive_seed, generator, validate_seed
 
 #: learning rate and epochs when none is given (SPEC.md 2); presets refine these per paper
 DATASET_DEFAULTS: Dict[str, Dict[str, Any]] = {
@@ -91,6 +92,7 @@ class TrainConfig:
             epochs=d["epochs"] if self.epochs is None else self.epochs,
             lr_step=d["lr_step"] if self.lr_step is None else self.lr_step,
             hparams=dict(self.hparams),
+            seed=validate_seed(self.seed),
         )
         check(c.epochs >= 1, f"--epochs must be >= 1, got {c.epochs}")
         check(c.batch_size >= 1, f"--batch-size must be >= 1, got {c.batch_size}")
@@ -248,6 +250,7 @@ def train(
     from ..data import get_dataset
     from ..models import create_model
 
+    check_output_dir(out)
     c = config.resolved()
     method: Method = create_method(c.method, **c.hparams)
     c.hparams = method.hparams()
@@ -369,6 +372,7 @@ def _checkpoint(model, opt, sched, epoch, c: TrainConfig, method: Method, histor
         "config": c.to_dict(),
         "data_fingerprint": train_set.fingerprint(),
         "state_dict": model.state_dict(),
+        "state_sha256": state_digest(model.state_dict()),
         "optimizer": opt.state_dict(),
         "scheduler": sched.state_dict(),
         "rng": {"torch": torch.get_rng_state()},

@@ -16,6 +16,7 @@ from torch import nn
 
 from ..errors import RsmoothError
 from ..registry import Registry
+from ..smoothing.stats import validate_sigma
 
 METHODS: Registry = Registry("training method")
 
@@ -80,8 +81,7 @@ class Method:
     requires: ClassVar[Tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
-        if not (self.sigma > 0):
-            raise RsmoothError(f"sigma must be > 0 (noise std in [0,1] pixel units), got {self.sigma}")
+        self.sigma = validate_sigma(self.sigma)
         self.validate()
 
     def validate(self) -> None:

@@ -11,13 +11,13 @@ import copy
 import enum
 import math
 from contextlib import contextmanager
-from typing import Callable, Dict, Iterator, Optional, Tuple
+from typing import Callable, Dict, Iterator, Optional, Set, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..errors import RsmoothError, check
+from ..errors import RsmoothError, check, first_line
 from .stats import (
     binom_pvalue,
     certified_radius,
@@ -58,12 +58,32 @@ def _validate_input(x: torch.Tensor, ndim: int, what: str) -> None:
     check(bool(torch.isfinite(x).all()), f"{what} contains NaN or infinite values")
 
 
+def _validate_generator(generator: Optional[torch.Generator], device: torch.device) -> None:
+    if generator is None:
+        return
+    if not isinstance(generator, torch.Generator):
+        raise RsmoothError(f"generator must be a torch.Generator (e.g. torch.Generator().manual_seed(0)) "
+                           f"or None, got {type(generator).__name__}")
+    check(generator.device.type == device.type,
+          f"generator is on {generator.device} but the model is on {device}; "
+          f"create it with torch.Generator(device={str(device)!r})")
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    return (isinstance(e, (MemoryError, torch.OutOfMemoryError))
+            or "can't allocate memory" in str(e) or "out of memory" in str(e))
+
+
 class _NoisyVotes(nn.Module):
     """votes[g, m] = argmax f(noise[g, m] + x[g, 0]): the unit that compiled mode compiles.
 
     The noisy input is formed in the noise's dtype (the model's own, float32) and cast once
     to the sampling precision and memory format, so every mode classifies the same noisy
     points and the modes differ only in the arithmetic of f.
+
+    A noisy input whose logits are not all finite votes for the extra index K (the width of
+    the logits), which Smooth counts and refuses after sampling: argmax over NaN would
+    otherwise vote for class 0 and certify a broken model (no host sync per batch).
     """
 
     def __init__(self, model: nn.Module, dtype: torch.dtype, channels_last: bool) -> None:
@@ -75,7 +95,9 @@ class _NoisyVotes(nn.Module):
     def forward(self, noise: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """noise [G x M x C x H x W], x [G x 1 x C x H x W] -> votes [G x M] (int64)."""
         batch = (noise + x).flatten(0, 1).to(self.dtype, memory_format=self.memory_format)
-        return self.model(batch).argmax(dim=1).view(noise.shape[:2])
+        logits = self.model(batch)
+        votes = torch.where(torch.isfinite(logits).all(dim=1), logits.argmax(dim=1), logits.shape[1])
+        return votes.view(noise.shape[:2])
 
 
 class _Compiled:
@@ -108,9 +130,12 @@ class Smooth:
     """A smoothed classifier with Cohen et al.'s PREDICT and CERTIFY.
 
     Args:
-        base_classifier: maps a batch [B x C x H x W] of [0, 1] pixels to logits [B x K];
-            normalisation must be inside it (its first layer), so sigma is in pixel units.
-        num_classes: K.
+        base_classifier: an ``nn.Module`` mapping a batch [B x C x H x W] of [0, 1] pixels
+            to logits [B x K]; normalisation must be inside it (its first layer), so sigma
+            is in pixel units.  A plain function is refused: wrap it in a module whose
+            ``forward`` calls it (Smooth needs the module's device, eval mode and copies).
+        num_classes: K, an integer equal to the width of the logits (checked on the first
+            forward pass of each input shape, as is the input shape itself).
         sigma: noise level (standard deviation, [0, 1] pixel units).
         precision: ``"fp32"`` (default) or ``"bf16"`` (weights and inputs in bfloat16;
             faster on CPUs with AMX, votes can differ slightly: record it with results).
@@ -127,7 +152,7 @@ class Smooth:
     ``torch.inference_mode()`` and the model's train/eval flag is restored afterwards.
     Noise is drawn in the model's own dtype in every mode, so a generator seed gives the
     same noisy inputs whatever the mode.  ``DEFAULT_BATCH_SIZE`` is a good ``batch_size``
-    on CPU.
+    on CPU.  Non-finite logits on any noisy input raise an error instead of voting.
     """
 
     ABSTAIN = -1
@@ -142,7 +167,10 @@ class Smooth:
         channels_last: bool = False,
         compile: bool = False,
     ) -> None:
-        check(int(num_classes) >= 2, f"num_classes must be >= 2, got {num_classes}")
+        if not isinstance(base_classifier, nn.Module):
+            raise RsmoothError(f"base_classifier must be a torch.nn.Module, got {type(base_classifier).__name__}; "
+                               f"wrap a function f in a module whose forward(x) returns f(x)")
+        num_classes = validate_count("num_classes", num_classes, minimum=2)
         try:
             self.precision = Precision(precision)
         except ValueError:
@@ -150,7 +178,7 @@ class Smooth:
                 f"unknown precision {precision!r}; choose one of: {', '.join(p.value for p in Precision)}"
             ) from None
         self.base_classifier = base_classifier
-        self.num_classes = int(num_classes)
+        self.num_classes = num_classes
         self.sigma = validate_sigma(sigma)
         self.channels_last = bool(channels_last)
         self.compile = bool(compile)
@@ -158,10 +186,10 @@ class Smooth:
         self._noise_dtype = _model_dtype(base_classifier)
         self._model = self._prepare(base_classifier)
         dtype = torch.bfloat16 if self.precision is Precision.BF16 else self._noise_dtype
-        self._votes = _NoisyVotes(self._model, dtype, self.channels_last)
-        if self.compile:
-            self._votes = _Compiled(self._votes)
+        self._noisy_votes = _NoisyVotes(self._model, dtype, self.channels_last)
+        self._votes = _Compiled(self._noisy_votes) if self.compile else self._noisy_votes
         self._noise: Optional[torch.Tensor] = None  # flat storage of the reused noise buffer
+        self._checked_shapes: Set[Tuple[int, ...]] = set()  # input shapes the model accepted
 
     # -- configuration -------------------------------------------------------------------
     def _prepare(self, model: nn.Module) -> nn.Module:
@@ -193,13 +221,40 @@ class Smooth:
                 m.train(was_training)
 
     # -- sampling ------------------------------------------------------------------------
+    def _check_model(self, xs: torch.Tensor) -> None:
+        """One clean forward pass per input shape: the model must accept the input and
+        return logits [1 x num_classes] (a clear error instead of a failure deep in sampling)."""
+        shape = tuple(xs.shape[1:])
+        if shape in self._checked_shapes:
+            return
+        v = self._noisy_votes
+        try:
+            out = self._model(xs[:1].to(v.dtype, memory_format=v.memory_format))
+        except RuntimeError as e:
+            raise RsmoothError(f"the base classifier fails on an input of shape {shape} (C x H x W): "
+                               f"{first_line(e)}; pass images of the shape it expects") from e
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        check(isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[0] == 1,
+              f"the base classifier must return logits [B x K]; for an input [1 x {' x '.join(map(str, shape))}] "
+              f"it returned {got}")
+        check(out.shape[1] == self.num_classes,
+              f"the base classifier returns {out.shape[1]} logits per input but num_classes is "
+              f"{self.num_classes}; pass num_classes={out.shape[1]}")
+        self._checked_shapes.add(shape)
+
     def _buffer(self, shape: Tuple[int, ...]) -> torch.Tensor:
         """A contiguous view of one reused buffer (never materialise all n copies)."""
         numel = math.prod(shape)
         if self._noise is None or self._noise.numel() < numel:
-            # zeros: padded rows of compiled mode are classified (never counted) before
-            # they hold noise
-            self._noise = torch.zeros(numel, dtype=self._noise_dtype, device=self.device)
+            self._noise = None  # free the old buffer before allocating a larger one
+            try:  # zeros: padded rows of compiled mode are classified (never counted) before they hold noise
+                self._noise = torch.zeros(numel, dtype=self._noise_dtype, device=self.device)
+            except (RuntimeError, MemoryError, TypeError) as e:
+                gib = numel * self._noise_dtype.itemsize / 2 ** 30
+                raise RsmoothError(
+                    f"cannot allocate the noise of {shape[0] * shape[1]} noisy inputs per forward pass "
+                    f"({gib:.3g} GiB on {self.device}: {first_line(e, 80)}); lower batch_size "
+                    f"(--batch-size)") from e
         return self._noise[:numel].view(shape)
 
     def _sample(self, images: torch.Tensor, copies: int, shape: Tuple[int, int],
@@ -245,18 +300,29 @@ class Smooth:
 
     def _count(self, xs, num, batch_size, generator) -> torch.Tensor:
         xs = xs.to(device=self.device, dtype=self._noise_dtype).contiguous()
-        B = xs.shape[0]
-        counts = torch.zeros(B, self.num_classes, dtype=torch.long, device=self.device)
+        B, K = xs.shape[0], self.num_classes
+        _validate_generator(generator, self.device)
+        self._check_model(xs)
+        counts = torch.zeros(B, K + 1, dtype=torch.long, device=self.device)  # column K: non-finite
         if num >= batch_size or B == 1:  # one image per pass, `batch_size` copies
             shape = (1, batch_size if self.compile else min(num, batch_size))
         else:  # g images per pass, all `num` copies of each
             shape = (batch_size // num, num)
-        for start in range(0, B, shape[0]):
-            images = xs[start:start + shape[0]]
-            for done in range(0, num, shape[1]):
-                votes = self._sample(images, min(shape[1], num - done), shape, generator)
-                counts[start:start + len(images)].scatter_add_(1, votes, torch.ones_like(votes))
-        return counts
+        try:
+            for start in range(0, B, shape[0]):
+                images = xs[start:start + shape[0]]
+                for done in range(0, num, shape[1]):
+                    votes = self._sample(images, min(shape[1], num - done), shape, generator)
+                    counts[start:start + len(images)].scatter_add_(1, votes, torch.ones_like(votes))
+        except (RuntimeError, MemoryError) as e:
+            if not _out_of_memory(e):
+                raise
+            raise RsmoothError(f"out of memory classifying {shape[0] * shape[1]} noisy inputs per forward "
+                               f"pass on {self.device}; lower batch_size (--batch-size, now {batch_size})") from e
+        bad = int(counts[:, K].sum())
+        check(bad == 0, f"the base classifier returned NaN/inf logits for {bad} of {B * num} noisy inputs; "
+                        f"check the checkpoint / model (are its weights finite?)")
+        return counts[:, :K].contiguous()
 
     def _count_one(self, x, num, batch_size, generator) -> np.ndarray:
         return self._count(x.unsqueeze(0), num, batch_size, generator)[0].cpu().numpy()

@@ -6,6 +6,7 @@ smoothing"; restated in papers/004 Sec. 2.2 (eq. 3-4) and SPEC.md section 1.
 from __future__ import annotations
 
 import math
+import numbers
 
 from scipy.stats import beta, binomtest, norm
 
@@ -22,10 +23,16 @@ def validate_alpha(alpha: float) -> float:
     return a
 
 
-def validate_count(name: str, value: int) -> int:
-    """Return a sample count as int, or raise if it is not an integer >= 1."""
-    check(isinstance(value, int) or float(value).is_integer(), f"{name} must be an integer, got {value!r}")
-    check(int(value) >= 1, f"{name} must be >= 1, got {value!r}")
+def validate_count(name: str, value: int, minimum: int = 1) -> int:
+    """Return a count as int, or raise unless it is an integer >= ``minimum``.
+
+    Accepts Python and NumPy integers and integer-valued floats (``1e5``); refuses ``None``,
+    ``bool``, strings and fractions (``2.7`` is not silently truncated).
+    """
+    integral = isinstance(value, numbers.Integral) or (
+        isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer())
+    check(integral and not isinstance(value, bool), f"{name} must be an integer, got {value!r}")
+    check(int(value) >= minimum, f"{name} must be >= {minimum}, got {value!r}")
     return int(value)
 
 
@@ -74,16 +81,25 @@ def binom_pvalue(n_a: int, n_b: int) -> float:
 def max_certifiable_radius(n: int, alpha: float, sigma: float) -> float:
     """The largest radius CERTIFY can return: every one of the n samples votes for c_A.
 
-    3.8115 * sigma at n = 100,000 and alpha = 0.001 (SPEC.md 1).
+    ``sigma * Phi^-1(alpha^(1/n))``: the Clopper-Pearson lower bound with n_A = n is
+    ``alpha^(1/n)`` (Cohen, Rosenfeld, Kolter 2019, Certified Adversarial Robustness via
+    Randomized Smoothing, arXiv 1902.02918, Sec. 3.2).  3.8115 * sigma at n = 100,000 and
+    alpha = 0.001; negative (every example abstains) when ``alpha^(1/n) < 0.5``.
     """
     return certified_radius(clopper_pearson_lower(n, n, alpha), sigma)
 
 
+#: the largest sigma accepted: images are in [0, 1], so noise of std 10 already drowns them
+MAX_SIGMA = 10.0
+
+
 def validate_sigma(sigma: float) -> float:
-    """Return sigma as a float, or raise if it is not a finite number > 0."""
+    """Return sigma as a float, or raise unless it is a number in (0, MAX_SIGMA]."""
     try:
         s = float(sigma)
     except (TypeError, ValueError):
         raise RsmoothError(f"sigma must be a number > 0, got {sigma!r}") from None
     check(math.isfinite(s) and s > 0, f"sigma must be > 0 (noise std in [0,1] pixel units, e.g. 0.25), got {sigma!r}")
+    check(s <= MAX_SIGMA, f"sigma must be <= {MAX_SIGMA:g}: it is the noise std in [0,1] pixel units "
+          f"(e.g. 0.25, 0.5, 1.0), got {sigma!r}")
     return s
