@@ -206,13 +206,13 @@ def _check_resume(saved: Dict[str, Any], c: TrainConfig, path: Path) -> None:
 
 
 def _exclusive(fn: Callable[..., "TrainResult"]) -> Callable[..., "TrainResult"]:
-    """Run ``fn(config, out, ...)`` holding the lock ``out/.lock`` (a second process training into
-    ``out`` is refused), after removing the temporary files a killed run left in ``out``; a
+    """Run ``fn(config, out, ...)`` once ``out`` is known to be a writable folder, holding the lock
+    ``out/.lock`` (a second process training into ``out`` is refused), after removing the temporary files a killed run left in ``out``; a
     folder created here and left empty (bad settings) is removed."""
 
     @functools.wraps(fn)
     def locked(config: TrainConfig, out: str, **kw: Any) -> "TrainResult":
-        out_dir = Path(out)
+        out_dir = check_output_dir(out)
         created = not out_dir.exists()
         try:
             with run_lock(out_dir / ".lock", out_dir):
@@ -250,7 +250,6 @@ def train(
     from ..data import get_dataset
     from ..models import create_model
 
-    check_output_dir(out)
     c = config.resolved()
     method: Method = create_method(c.method, **c.hparams)
     c.hparams = method.hparams()
