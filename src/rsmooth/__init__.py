@@ -9,5 +9,6 @@ from .errors import RsmoothError  # noqa: E402
 from .smoothing import Smooth  # noqa: E402
 from .models import create_model  # noqa: E402
 from .data import get_dataset  # noqa: E402
+from .engine.checkpoint import load_model  # noqa: E402
 
-__all__ = ["__version__", "RsmoothError", "Smooth", "create_model", "get_dataset"]
+__all__ = ["__version__", "RsmoothError", "Smooth", "create_model", "get_dataset", "load_model"]

@@ -9,7 +9,6 @@ versions) goes to the sidecar JSON so the TSV stays readable by every public cod
 from __future__ import annotations
 
 import datetime
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -17,6 +16,7 @@ from typing import Callable, Optional
 
 from ..errors import RsmoothError, check
 from ..metrics import CertifyWriter, read_sidecar, sidecar_path, write_sidecar
+from ..progress import progress_bar
 from ..smoothing import Smooth, validate_alpha, validate_count, validate_sigma
 from .checkpoint import file_sha256, resolve_device, git_commit, load_model, versions
 from .seeding import generator
@@ -99,14 +99,11 @@ def run_certification(
         meta["started"] = old.get("started", meta["started"])
     write_sidecar(out_path, {**meta, "complete": False})
 
-    from tqdm.auto import tqdm
-
     with CertifyWriter(out_path, resume=resume) as writer:
         todo = [i for i in indices if i not in writer.done_indices]
         if resume and writer.done_indices:
             log(f"continuing {out_path}: {len(indices) - len(todo)} of {len(indices)} examples done")
-        bar = tqdm(todo, desc=mode, unit="img", dynamic_ncols=True,
-                   disable=not (progress and sys.stderr.isatty()))
+        bar = progress_bar(todo, desc=mode, enabled=progress)
         for i in bar:
             x, label = data[i]
             g = generator(seed, mode, i, device=dev)

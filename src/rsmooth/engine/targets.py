@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -27,6 +26,7 @@ import numpy as np
 import torch
 
 from ..errors import RsmoothError, check
+from ..progress import progress_bar
 from ..smoothing import Smooth, validate_count, validate_sigma
 from .checkpoint import file_sha256, resolve_device, load_model, versions
 from .seeding import generator
@@ -73,8 +73,6 @@ def compute_targets(
         overwrite: recompute even if ``out`` exists (otherwise a finished file with the same
             settings is returned as is, and one with other settings is an error).
     """
-    from tqdm.auto import tqdm
-
     from ..data import get_dataset
     from ..smoothing import DEFAULT_BATCH_SIZE
 
@@ -117,8 +115,8 @@ def compute_targets(
         counts = np.lib.format.open_memmap(partial, mode="w+", dtype=np.int32, shape=(n, k))
         done = np.lib.format.open_memmap(done_path, mode="w+", dtype=np.uint8, shape=((n + BLOCK - 1) // BLOCK,))
     todo = [b for b in range(len(done)) if not done[b]]
-    bar = tqdm(total=n, initial=n - sum(min(BLOCK, n - b * BLOCK) for b in todo), desc="targets",
-               unit="img", dynamic_ncols=True, disable=not (progress and sys.stderr.isatty()))
+    bar = progress_bar(total=n, initial=n - sum(min(BLOCK, n - b * BLOCK) for b in todo), desc="targets",
+                       enabled=progress)
     for i, b in enumerate(todo):
         if stop_after_blocks is not None and i >= stop_after_blocks:
             return out_path
