@@ -1,11 +1,14 @@
 """The command line: train -> certify -> analyze on digits, resumable certification, errors."""
+import argparse
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
 from rsmooth.cli import main
+from rsmooth.errors import RsmoothError
 from rsmooth.metrics import read_certify_tsv
 
 
@@ -106,3 +109,135 @@ def test_help_explains_units():
     out = subprocess.run([sys.executable, "-m", "rsmooth.cli", "certify", "--help"],
                          capture_output=True, text=True).stdout
     assert "[0,1] pixel units" in out and "--precision" in out
+
+
+# -- the reference scripts' flags (issue 7, item 20) ----------------------------------------
+
+def _parse_error(argv):
+    with pytest.raises(SystemExit) as e:
+        main([str(a) for a in argv])
+    return e.value.code
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["certify", "--checkpoint", "c", "--N", "1000", "--out", "x"], "--N is --n in rsmooth"),
+    (["certify", "--checkpoint", "c", "--N0", "100", "--out", "x"], "--N0 is --n0 in rsmooth"),
+    (["predict", "--checkpoint", "c", "--batch", "400", "--out", "x"], "--batch is --batch-size in rsmooth"),
+    (["certify", "--checkpoint", "c", "--outfile", "x.tsv"], "--outfile is --out in rsmooth"),
+    (["train", "--noise_sd", "0.5", "--out", "x"], "--noise_sd is --sigma in rsmooth"),
+    (["train", "--noise-sd", "0.5", "--out", "x"], "--noise-sd is --sigma in rsmooth"),
+    (["train", "--batch", "64", "--out", "x"], "--batch is --batch-size in rsmooth"),
+    (["train", "--lr_step_size", "30", "--out", "x"], "--lr_step_size is --lr-step in rsmooth"),
+    (["train", "--num-noise-vec", "4", "--out", "x"], "--num-noise-vec is --num-noise in rsmooth"),
+    (["train", "--gamma", "0.1", "--out", "x"], "--gamma is --lr-gamma in rsmooth (for the learning-rate "
+     "decay of Cohen's and the CAT-RS scripts; MACER's hinge threshold is --macer-gamma"),
+    (["train", "--margin", "8", "--out", "x"], "--margin is --macer-gamma in rsmooth"),
+    (["train", "--epsilon", "512", "--out", "x"], "--epsilon is --eps in rsmooth (an l2 radius in [0,1] "
+     "pixel units, where the scripts count 1/256 units): --epsilon 512 is --eps 2"),
+    (["train", "--alpha", "1.0", "--out", "x"], "--alpha is --alpha-step in rsmooth"),
+    (["pipeline", "catrs", "--N", "1000", "--out", "x"], "--N is --n in rsmooth"),
+    (["targets", "--checkpoint", "c", "--noise_sd", "0.25", "--out", "x"], "--noise_sd is --sigma"),
+    (["demo", "--N", "100"], "--N is --n in rsmooth"),
+])
+def test_reference_spellings_name_rsmooth_flags(capsys, monkeypatch, tmp_path, argv, message):
+    monkeypatch.chdir(tmp_path)  # nothing is written: parsing fails first
+    assert _parse_error(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--epoch", "2", "--out", "x"],           # once a prefix of --epochs
+    ["train", "--batch-s", "64", "--out", "x"],
+    ["certify", "--checkpoint", "c", "--max", "3", "--out", "x", "--over"],
+])
+def test_flags_are_not_abbreviated(capsys, monkeypatch, tmp_path, argv):
+    monkeypatch.chdir(tmp_path)  # nothing is written: parsing fails first
+    assert _parse_error(argv) == 2
+    assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_method_specific_gamma_flags(capsys):
+    from rsmooth.cli import build_parser, train_config_from_args
+
+    def config(*argv):
+        return train_config_from_args(build_parser().parse_args(["train", "--out", "x", *argv]))
+
+    assert config("--method", "macer", "--macer-gamma", "3").hparams["gamma"] == 3.0
+    assert config("--method", "stability", "--stability-gamma", "1").hparams["gamma"] == 1.0
+    assert config("--preset", "cifar10/macer/0.25", "--macer-gamma", "4").hparams["gamma"] == 4.0
+    with pytest.raises(RsmoothError, match="--stability-gamma is a hyperparameter of stability, not of macer"):
+        config("--method", "macer", "--stability-gamma", "1")
+    with pytest.raises(RsmoothError, match="--eps is a hyperparameter of catrs, catrs-v1, smoothadv, "
+                                           "smoothmix, not of gaussian"):
+        config("--eps", "1.0")
+
+
+def test_eps_in_reference_units_is_refused(tmp_path, capsys):
+    code, _, err = run(capsys, "train", "--method", "smoothadv", "--eps", "256", "--out", tmp_path / "r")
+    assert code == 2 and "eps=256 is too large for smoothadv" in err and "eps=1 here" in err
+
+
+# -- --help, list and show-preset (item 23) -------------------------------------------------
+
+def _subparsers():
+    from rsmooth.cli import build_parser
+
+    parser = build_parser()
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+@pytest.mark.parametrize("command", sorted(_subparsers()))
+def test_help_texts_are_clean(command):
+    text = _subparsers()[command].format_help()
+    assert "HP_" not in text and "%%" not in text
+    assert not re.search(r"\(default:?[^()]*\)\s*\(default", text), text
+    if command in ("train", "pipeline"):
+        for flag, choices in (("--attack", "{pgd,ddn}"), ("--low", "{bottom-k,gaussian,none}"),
+                              ("--high", "{max,mean,none}"), ("--target", "{consistency,smoothed,hard}"),
+                              ("--renorm", "{rms,std}"), ("--variant", "{default,kl,mse,ce,code,paper}")):
+            assert f"{flag} {choices}" in text
+        assert "--macer-gamma GAMMA" in text and "--stability-gamma GAMMA" in text
+
+
+def test_pipeline_certify_options_have_help():
+    actions = {a.option_strings[0]: a for a in _subparsers()["pipeline"]._actions if a.option_strings}
+    for flag in ("--n0", "--n", "--alpha", "--skip", "--max", "--seed"):
+        assert actions[flag].help, flag
+    certify = {a.option_strings[0]: a.help for a in _subparsers()["certify"]._actions if a.option_strings}
+    assert actions["--alpha"].help == certify["--alpha"]
+
+
+def test_list_is_readable(capsys):
+    from rsmooth.presets import PRESETS, get_preset
+
+    code, out, _ = run(capsys, "list")
+    assert code == 0 and max(map(len, out.splitlines())) <= 100
+    assert "fashion-mnist: catrs/0.25" in out and "rsmooth show-preset NAME" in out
+    code, out, _ = run(capsys, "list", "presets")
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == len(PRESETS)
+    for line, name in zip(lines, PRESETS.names()):
+        assert line.split()[0] == name and line.endswith(get_preset(name).source)
+    code, out, _ = run(capsys, "list", "methods")
+    assert code == 0 and out.splitlines()[:2] == ["catrs", "catrs-v1"] and len(out.splitlines()) == 8
+
+
+def test_show_preset(capsys):
+    code, out, _ = run(capsys, "show-preset", "cifar10/macer/1.00")
+    assert code == 0
+    for text in ("dataset  cifar10", "method   macer", "sigma    1", "--macer-gamma 8.0  *",
+                 "--deferred", "--arch cifar_resnet110", "--epochs 150", "--batch-size 64", "--lr 0.1",
+                 "--lr-step 50", "source   papers/", "note     several rows"):
+        assert text in out, text
+    code, out, _ = run(capsys, "show-preset", "fashion-mnist/catrs/0.50")
+    assert "\n  --low bottom-k\n" in out and re.search(r"\n  --num-noise 4 +\*\n", out)  # defaults too
+    code, _, err = run(capsys, "show-preset", "mnist/nope/0.25")
+    assert code == 2 and "unknown preset 'mnist/nope/0.25'" in err
+
+
+def test_demo_has_a_working_overwrite_flag():
+    from rsmooth.cli import build_parser
+
+    args = build_parser().parse_args(["demo", "--out", "d", "--epochs", "2", "--overwrite"])
+    assert args.overwrite and args.epochs == 2

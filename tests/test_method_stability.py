@@ -78,7 +78,7 @@ def test_bad_gamma(gamma):
 
 
 def test_cli_train_and_certify(tmp_path):
-    assert main(["train", "--dataset", "digits", "--method", "stability", "--gamma", "1", "--epochs", "2",
+    assert main(["train", "--dataset", "digits", "--method", "stability", "--stability-gamma", "1", "--epochs", "2",
                  "--batch-size", "128", "--out", str(tmp_path / "r")]) == 0
     assert main(["certify", "--checkpoint", str(tmp_path / "r"), "--n", "200", "--max", "3",
                  "--out", str(tmp_path / "c.tsv")]) == 0

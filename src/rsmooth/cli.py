@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import textwrap
 import typing
 from typing import Any, Dict, List, Optional
 
@@ -19,7 +20,12 @@ UNITS = ("sigma and radii are l2 distances in [0,1] pixel units: images are scal
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: the problem and where to read more, no usage dump."""
+    """argparse with one-line errors (the problem and where to read more, no usage dump) and no
+    abbreviated flags: a prefix such as ``--batch`` could silently match another flag."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> typing.NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
@@ -33,8 +39,66 @@ def _integer(text: str) -> int:
     return v
 
 
+#: the reference scripts' spellings (Cohen et al.'s code and the method codebases built on it:
+#: SmoothAdv, Consistency, MACER, SmoothMix, CAT-RS) -> rsmooth's flag; each is refused with a
+#: message naming rsmooth's flag (one spelling per concept), on the commands that have that flag
+FOREIGN_FLAGS: Dict[str, str] = {
+    "--noise_sd": "--sigma", "--noise-sd": "--sigma",
+    "--N": "--n", "--N0": "--n0",
+    "--batch": "--batch-size", "--batch_size": "--batch-size",
+    "--lr_step_size": "--lr-step", "--lr-step-size": "--lr-step", "--learning-rate": "--lr",
+    "--wd": "--weight-decay",
+    "--gamma": "--lr-gamma",
+    "--epsilon": "--eps",
+    "--num-noise-vec": "--num-noise", "--gauss_num": "--num-noise",
+    "--margin": "--macer-gamma",
+    "--alpha": "--alpha-step",
+    "--maxnorm": "--eps", "--maxnorm_s": "--mix-eps", "--mix_step": "--mix-step",
+    "--confidence_mask": "--confidence-mask",
+    "--outfile": "--out", "--outdir": "--out",
+}
+#: what the message adds where the meaning differs
+_FOREIGN_NOTES = {
+    "--gamma": "for the learning-rate decay of Cohen's and the CAT-RS scripts; MACER's hinge "
+               "threshold is --macer-gamma, Stability's weight --stability-gamma",
+    "--epsilon": "an l2 radius in [0,1] pixel units, where the scripts count 1/256 units",
+    "--alpha": "SmoothMix's attack step; on certify and predict --alpha is the failure probability",
+}
+
+
+class _Foreign(argparse.Action):
+    """A reference script's spelling of a flag: refuse it, naming rsmooth's flag."""
+
+    def __init__(self, option_strings: List[str], dest: str, ours: str) -> None:
+        super().__init__(option_strings, argparse.SUPPRESS, nargs="?", help=argparse.SUPPRESS)
+        self.ours = ours
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        flag = option_string or self.option_strings[0]
+        note = _FOREIGN_NOTES.get(flag)
+        message = f"{flag} is {self.ours} in rsmooth" + (f" ({note})" if note else "")
+        if flag == "--epsilon" and values is not None:
+            try:
+                message += f": --epsilon {values} is --eps {float(values) / 256:g}"
+            except ValueError:
+                pass
+        parser.error(message)
+
+
+def _add_foreign_flags(p: argparse.ArgumentParser) -> None:
+    """Teach ``p`` the reference scripts' spellings of the flags it has (see FOREIGN_FLAGS)."""
+    have = p._option_string_actions
+    for theirs, ours in FOREIGN_FLAGS.items():
+        if ours in have and theirs not in have:
+            p.add_argument(theirs, action=_Foreign, ours=ours)
+
+
 def _method_fields() -> Dict[str, List[Any]]:
-    """Every method hyperparameter (except sigma): name -> [(method, field), ...]."""
+    """Every method hyperparameter (except sigma) by CLI flag: flag -> [(method, field), ...].
+
+    The flag is the field name with dashes, or ``metadata["flag"]`` where the field name means
+    something else in the field's scripts (``gamma``: --macer-gamma, --stability-gamma).
+    """
     from .methods import METHODS, hyperparameters
 
     out: Dict[str, List[Any]] = {}
@@ -43,8 +107,13 @@ def _method_fields() -> Dict[str, List[Any]]:
             continue
         for f in hyperparameters(METHODS.get(name)):
             if f.name != "sigma":
-                out.setdefault(f.name, []).append((name, f))
+                flag = "--" + f.metadata.get("flag", f.name.replace("_", "-"))
+                out.setdefault(flag, []).append((name, f))
     return out
+
+
+def _dest(flag: str) -> str:
+    return "hp_" + flag[2:].replace("-", "_")
 
 
 def _field_type(f: dataclasses.Field):
@@ -62,21 +131,52 @@ def _add_common_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
 
 
+def _add_certify_options(p: argparse.ArgumentParser, mode: str) -> None:
+    """The certification flags shared by certify, predict and pipeline."""
+    if mode == "certify":
+        p.add_argument("--n0", type=_integer, default=100, help="samples to select the class (default: 100)")
+    p.add_argument("--n", type=_integer, default=100_000,
+                   help=f"Monte Carlo samples to {'vote' if mode == 'predict' else 'estimate the bound'} "
+                   "(default: 100000)")
+    p.add_argument("--alpha", type=float, default=0.001, help="failure probability in (0, 1) (default: 0.001)")
+    p.add_argument("--skip", type=_integer, default=1,
+                   help="use every skip-th test example (Cohen: 20 for CIFAR-10, 100 for ImageNet; default: 1)")
+    p.add_argument("--max", type=_integer, help="certify at most this many examples (default: all)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                   help="bf16: weights and noisy inputs in bfloat16 (faster on AMX CPUs; recorded in OUT.json)")
+    p.add_argument("--channels-last", action="store_true", help="channels-last memory format (faster convolutions on CPU)")
+
+
 def _add_method_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("method hyperparameters (defaults are per method; a preset may set them)")
-    for name, uses in sorted(_method_fields().items()):
-        ftype = _field_type(uses[0][1])
+    for flag, uses in sorted(_method_fields().items()):
+        first = uses[0][1]
+        ftype = _field_type(first)
         texts: Dict[str, List[str]] = {}  # one entry per distinct (help, default)
         for m, f in uses:
-            texts.setdefault(f"{f.metadata.get('help', '')} (default {f.default})", []).append(m)
+            texts.setdefault(f"{f.metadata.get('help', '')} (default: {f.default})", []).append(m)
         help_text = "; ".join(f"{', '.join(ms)}: {t}" for t, ms in texts.items())
-        kw = (dict(action=argparse.BooleanOptionalAction) if ftype is bool else dict(type=ftype))
-        g.add_argument("--" + name.replace("_", "-"), dest="hp_" + name, default=None,
-                       help=help_text.replace("%", "%%"), **kw)
+        choices = list(dict.fromkeys(c for _, f in uses for c in f.metadata.get("choices", ())))
+        if ftype is bool:
+            kw: Dict[str, Any] = dict(action=argparse.BooleanOptionalAction)
+        else:
+            kw = dict(type=ftype, choices=choices or None, metavar=None if choices else first.name.upper())
+        g.add_argument(flag, dest=_dest(flag), default=None, help=help_text.replace("%", "%%"), **kw)
 
 
-def _method_args(args: argparse.Namespace) -> Dict[str, Any]:
-    return {k[3:]: v for k, v in vars(args).items() if k.startswith("hp_") and v is not None}
+def _method_args(args: argparse.Namespace, method: str) -> Dict[str, Any]:
+    """The method hyperparameters given as flags, by field name; a flag of another method is an error."""
+    out: Dict[str, Any] = {}
+    for flag, uses in _method_fields().items():
+        value = getattr(args, _dest(flag), None)
+        if value is None:
+            continue
+        users = [m for m, _ in uses]
+        if method not in users:
+            raise RsmoothError(f"{flag} is a hyperparameter of {', '.join(users)}, not of {method}; "
+                               f"drop it or pick one of those methods")
+        out[dict(uses)[method].name] = value
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,9 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--targets", help="per-example consistency targets file from 'rsmooth targets' (CAT-RS)")
     t.add_argument("--workers", type=int, default=0, help="data-loading worker processes (default: 0)")
     t.add_argument("--out", required=True, help="output folder")
-    t.add_argument("--resume", action="store_true", help="continue the run in --out after a stop or kill")
+    t.add_argument("--resume", action="store_true",
+                   help="continue the run in --out after a stop or kill (--epochs may grow, not shrink)")
     _add_common_data(t)
     _add_method_flags(t)
+    _add_foreign_flags(t)
     t.set_defaults(func=cmd_train)
 
     # certify / predict ------------------------------------------------------------------
@@ -139,22 +241,14 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--dataset", choices=DATASETS.names(), help="default: the checkpoint's")
         c.add_argument("--split", default="test", choices=["test", "train"], help="default: test")
         c.add_argument("--sigma", type=float, help="noise level, std in [0,1] pixel units (default: the checkpoint's)")
-        if name == "certify":
-            c.add_argument("--n0", type=_integer, default=100, help="samples to select the class (default: 100)")
-        c.add_argument("--n", type=_integer, default=100_000,
-                       help=f"samples to {'estimate the bound' if name == 'certify' else 'vote'} (default: 100000)")
-        c.add_argument("--alpha", type=float, default=0.001, help="failure probability in (0, 1) (default: 0.001)")
+        _add_certify_options(c, name)
         c.add_argument("--batch-size", type=_integer, help="noisy samples per forward pass (default: tuned, see BENCHMARKS.md)")
-        c.add_argument("--skip", type=_integer, default=1, help="use every skip-th example (Cohen: 20 for CIFAR-10, 100 for ImageNet)")
-        c.add_argument("--max", type=_integer, help="certify at most this many examples")
         c.add_argument("--seed", type=int, default=0, help="noise seed; example i uses a stream derived from (seed, i)")
-        c.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
-                       help="bf16: weights and noisy inputs in bfloat16 (faster on AMX CPUs; recorded in OUT.json)")
-        c.add_argument("--channels-last", action="store_true", help="channels-last memory format (faster convolutions on CPU)")
         c.add_argument("--compile", action="store_true", help="compile the noisy forward pass (torch.export + inductor with frozen weights; seconds to start, then faster; recorded in OUT.json)")
         c.add_argument("--out", required=True, help="output TSV")
         c.add_argument("--overwrite", action="store_true", help="replace --out instead of continuing it")
         _add_common_data(c)
+        _add_foreign_flags(c)
         c.set_defaults(func=cmd_certify, mode=name)
 
     # targets ----------------------------------------------------------------------------
@@ -176,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     tg.add_argument("--out", required=True, help="output .npy file")
     tg.add_argument("--overwrite", action="store_true", help="recompute even if --out exists")
     _add_common_data(tg)
+    _add_foreign_flags(tg)
     tg.set_defaults(func=cmd_targets)
 
     # pipeline ---------------------------------------------------------------------------
@@ -195,25 +290,20 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--target-samples", type=_integer, default=10_000, help="noises per training image for the targets (papers: 10000)")
     pl.add_argument("--target-augment", action=argparse.BooleanOptionalAction, default=True,
                     help="targets on augmented images drawn once (reference) or plain ones")
-    pl.add_argument("--n0", type=_integer, default=100)
-    pl.add_argument("--n", type=_integer, default=100_000)
-    pl.add_argument("--alpha", type=float, default=0.001)
-    pl.add_argument("--skip", type=_integer, default=1)
-    pl.add_argument("--max", type=_integer)
-    pl.add_argument("--seed", type=int, default=0)
+    _add_certify_options(pl, "certify")
+    pl.add_argument("--seed", type=int, default=0, help="seed of every training and certification stream (default: 0)")
     pl.add_argument("--compare-gaussian", action=argparse.BooleanOptionalAction, default=True,
                     help="also train and certify a Gaussian model at --sigma (default: yes)")
-    pl.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="certification precision")
-    pl.add_argument("--channels-last", action="store_true", help="channels-last certification")
     pl.add_argument("--out", required=True, help="output folder")
     _add_common_data(pl)
     _add_method_flags(pl)
+    _add_foreign_flags(pl)
     pl.set_defaults(func=cmd_pipeline)
 
     # analyze ----------------------------------------------------------------------------
     a = sub.add_parser("analyze", help="ACR and certified accuracy tables and plots",
                        description="Tables in the papers' layout (rows = result files, columns = ACR "
-                       "then certified accuracy in %% at each radius). " + UNITS)
+                       "then certified accuracy in % at each radius). " + UNITS)
     a.add_argument("results", nargs="+", help="certify TSV files (rsmooth's or any public codebase's)")
     a.add_argument("--radii", type=float, nargs="+", help="radii for the columns (default: 0 to the largest radius, step 0.25)")
     a.add_argument("--format", default="markdown", choices=["markdown", "latex", "csv"], help="table format")
@@ -229,10 +319,22 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="demo_out", help="output folder (default: demo_out)")
     d.add_argument("--n", type=_integer, default=1000, help="certification samples per image (default: 1000)")
     d.add_argument("--epochs", type=_integer, default=30, help="training epochs (default: 30)")
+    d.add_argument("--overwrite", action="store_true",
+                   help="delete the demo's earlier models and results in --out and start over")
+    _add_foreign_flags(d)
     d.set_defaults(func=cmd_demo)
 
-    ls = sub.add_parser("list", help="list datasets, architectures and methods")
+    ls = sub.add_parser("list", help="list datasets, architectures, methods and presets",
+                        description="Without KIND: every kind, wrapped. With KIND: one per line "
+                        "(presets with the paper table they reproduce).")
+    ls.add_argument("kind", nargs="?", choices=_LIST_KINDS, help="what to list")
     ls.set_defaults(func=cmd_list)
+
+    sp = sub.add_parser("show-preset", help="every setting of a paper preset",
+                        description="Dataset, method, sigma, every method hyperparameter (with its "
+                        "flag), the training schedule, the paper table it reproduces and its note.")
+    sp.add_argument("name", help="a preset name, e.g. fashion-mnist/catrs/0.50 ('rsmooth list presets')")
+    sp.set_defaults(func=cmd_show_preset)
     return parser
 
 
@@ -258,7 +360,7 @@ def train_config_from_args(args: argparse.Namespace):
     hparams = dict(fields.pop("hparams"))
     if args.sigma is not None:
         hparams["sigma"] = args.sigma
-    hparams.update(_method_args(args))
+    hparams.update(_method_args(args, fields.get("method", TrainConfig.method)))
     return TrainConfig(**fields, hparams=hparams, num_workers=args.workers)
 
 
@@ -299,7 +401,7 @@ def cmd_pipeline(args: argparse.Namespace) -> None:
                  "device": args.device}
     print(run_pipeline(
         args.out, method=args.recipe, dataset=args.dataset, sigma=args.sigma,
-        hparams=_method_args(args), train_overrides=overrides, target_samples=args.target_samples,
+        hparams=_method_args(args, args.recipe), train_overrides=overrides, target_samples=args.target_samples,
         target_augment=args.target_augment, n0=args.n0, n=args.n, alpha=args.alpha, skip=args.skip,
         max=args.max, seed=args.seed, compare_gaussian=args.compare_gaussian,
         certify_options={"precision": args.precision, "channels_last": args.channels_last,
@@ -316,19 +418,78 @@ def cmd_analyze(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
 
-    print(run_demo(args.out, n=args.n, epochs=args.epochs))
+    print(run_demo(args.out, n=args.n, epochs=args.epochs, overwrite=args.overwrite))
+
+
+_LIST_KINDS = ("datasets", "architectures", "methods", "presets")
+
+
+def _wrapped(title: str, names: List[str], indent: str = "  ") -> str:
+    return textwrap.fill(", ".join(names), width=100, initial_indent=f"{indent}{title}: ",
+                         subsequent_indent=indent + "    ", break_on_hyphens=False)
 
 
 def cmd_list(args: argparse.Namespace) -> None:
     from .data import DATASETS
     from .methods import METHODS
     from .models import MODELS
+    from .presets import PRESETS, get_preset
 
-    from .presets import PRESETS
+    names = {kind: [n for n in reg.names() if not n.startswith("_")]  # "_name": private (tests)
+             for kind, reg in zip(_LIST_KINDS, (DATASETS, MODELS, METHODS, PRESETS))}
+    if args.kind == "presets":
+        width = max(map(len, names["presets"]))
+        for name in names["presets"]:
+            print(f"{name:<{width}}  {get_preset(name).source}")
+    elif args.kind:
+        print("\n".join(names[args.kind]))
+    else:
+        for kind in ("datasets", "architectures", "methods"):
+            print(_wrapped(kind, names[kind], indent=""))
+        by_dataset: Dict[str, List[str]] = {}
+        for name in names["presets"]:
+            dataset, rest = name.split("/", 1)
+            by_dataset.setdefault(dataset, []).append(rest)
+        print(f"presets ({len(names['presets'])}; 'rsmooth list presets' shows their sources, "
+              f"'rsmooth show-preset NAME' their settings):")
+        for dataset, rest in by_dataset.items():
+            print(_wrapped(dataset, rest))
 
-    for title, reg in (("datasets", DATASETS), ("architectures", MODELS), ("methods", METHODS),
-                       ("presets", PRESETS)):
-        print(f"{title}: {', '.join(reg.names())}")
+
+def _as_flag(flag: str, value: Any) -> str:
+    """``value`` as the command-line flag that sets it."""
+    if isinstance(value, bool):
+        return flag if value else "--no-" + flag[2:]
+    if isinstance(value, (list, tuple)):
+        return " ".join([flag, *map(str, value)])
+    return f"{flag} {value}"
+
+
+def cmd_show_preset(args: argparse.Namespace) -> None:
+    from .engine import TrainConfig
+    from .methods import create_method
+    from .presets import get_preset
+
+    preset = get_preset(args.name)
+    kw = preset.train_config()
+    method = create_method(preset.method, **kw["hparams"])
+    config = TrainConfig(**kw).resolved()
+    flags = {f.name: flag for flag, uses in _method_fields().items() for m, f in uses if m == preset.method}
+    print(f"preset   {preset.name}\ndataset  {preset.dataset}\nmethod   {preset.method}\n"
+          f"sigma    {preset.sigma:g}")
+    hparams = [(_as_flag(flags[k], v), k in preset.hparams) for k, v in method.hparams().items() if k != "sigma"]
+    if hparams:
+        print("hyperparameters (* set by the preset; the others are the method's defaults):")
+        width = max(len(text) for text, _ in hparams)
+        for text, from_preset in hparams:
+            print(f"  {text:<{width}}  *" if from_preset else f"  {text}")
+    schedule = [_as_flag("--" + k.replace("_", "-"), getattr(config, k))
+                for k in ("arch", "epochs", "batch_size", "lr", "momentum", "weight_decay", "nesterov",
+                          "lr_step", "milestones", "lr_gamma", "lr_timing") if getattr(config, k) is not None]
+    print("schedule:\n" + "\n".join("  " + text for text in schedule))
+    print(textwrap.fill(f"source   {preset.source}", width=100, subsequent_indent="         "))
+    print(textwrap.fill(f"note     {preset.note or '-'}", width=100, subsequent_indent="         "))
+    print(f"train it: rsmooth train --preset {preset.name} --out DIR  (flags given there override it)")
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -9,7 +9,6 @@ versions) goes to the sidecar JSON so the TSV stays readable by every public cod
 from __future__ import annotations
 
 import datetime
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -24,6 +23,7 @@ from ..smoothing import Smooth, max_certifiable_radius, validate_alpha, validate
 from .checkpoint import (file_sha256, git_commit, load_model, resolve_checkpoint_path, resolve_device,
                          versions)
 from .seeding import generator, validate_seed
+from ..progress import progress_bar
 
 #: sidecar fields that must agree for a run to continue an existing TSV
 _RUN_IDENTITY = ("mode", "dataset", "split", "sigma", "n0", "n", "alpha", "skip", "max", "seed",
@@ -113,14 +113,11 @@ def run_certification(
             meta["started"] = old.get("started", meta["started"])
         write_sidecar(out_path, {**meta, "complete": False})
 
-        from tqdm.auto import tqdm
-
         with CertifyWriter(out_path, resume=resume) as writer:
             todo = [i for i in indices if i not in writer.done_indices]
             if resume and writer.done_indices:
                 log(f"continuing {out_path}: {len(indices) - len(todo)} of {len(indices)} examples done")
-            bar = tqdm(todo, desc=mode, unit="img", dynamic_ncols=True,
-                       disable=not (progress and sys.stderr.isatty()))
+            bar = progress_bar(todo, desc=mode, enabled=progress)
             for i in bar:
                 x, label = data[i]
                 g = generator(seed, mode, i, device=dev)

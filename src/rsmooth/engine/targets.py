@@ -22,7 +22,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -32,6 +31,7 @@ import torch
 from ..errors import RsmoothError, check, first_line
 from ..fileio import atomic_write, atomic_write_bytes, naming, remove_stale_temps, run_lock
 from ..paths import check_output_file
+from ..progress import progress_bar
 from ..smoothing import Smooth, validate_count, validate_sigma
 from .checkpoint import file_sha256, resolve_checkpoint_path, resolve_device, load_model, versions
 from .seeding import generator, validate_seed
@@ -78,8 +78,6 @@ def compute_targets(
         overwrite: recompute even if ``out`` exists (otherwise a finished file with the same
             settings is returned as is, and one with other settings is an error).
     """
-    from tqdm.auto import tqdm
-
     from ..data import get_dataset
     from ..smoothing import DEFAULT_BATCH_SIZE
 
@@ -132,8 +130,8 @@ def compute_targets(
             _write_json(files.meta, {**meta, "complete": False})
             done = files.create(n, k)
         todo = [b for b in range(len(done)) if not done[b]]
-        bar = tqdm(total=n, initial=n - sum(min(BLOCK, n - b * BLOCK) for b in todo), desc="targets",
-                   unit="img", dynamic_ncols=True, disable=not (progress and sys.stderr.isatty()))
+        bar = progress_bar(total=n, initial=n - sum(min(BLOCK, n - b * BLOCK) for b in todo), desc="targets",
+                           enabled=progress)
         for i, b in enumerate(todo):
             if stop_after_blocks is not None and i >= stop_after_blocks:
                 return out_path

@@ -18,7 +18,6 @@ import dataclasses
 import functools
 import json
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from ..errors import RsmoothError, check
 from ..fileio import atomic_write_bytes, naming, remove_stale_temps, run_lock
 from ..methods import Batch, Method, StepContext, create_method
 from ..paths import check_output_dir
+from ..progress import format_duration, progress_bar
 from .checkpoint import (CHECKPOINT_NAME, FORMAT, atomic_save, git_commit, read_checkpoint,
                          resolve_device, state_digest, versions)
 from .seeding import derive_seed, generator, validate_seed
@@ -119,13 +119,6 @@ class TrainResult:
     checkpoint: Path
     history: List[Dict[str, Any]]
     model: nn.Module
-
-
-def _progress(total: int, desc: str, enabled: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True,
-                disable=not (enabled and sys.stderr.isatty()))
 
 
 def lr_factor(epoch: int, c: "TrainConfig") -> float:
@@ -288,6 +281,13 @@ def train(
         opt.load_state_dict(ck["optimizer"])
         sched.load_state_dict(ck["scheduler"])
         start_epoch, history = int(ck["epoch"]), list(ck.get("history", []))
+        if start_epoch > c.epochs:
+            raise RsmoothError(f"cannot resume {ckpt_path} with --epochs {c.epochs}: it has already "
+                               f"trained {start_epoch} epochs; pass --epochs {start_epoch} or more, "
+                               f"or choose another --out")
+        if start_epoch == c.epochs:
+            log(f"{ckpt_path} has already trained all {c.epochs} epochs; nothing to do "
+                f"(pass a larger --epochs to train further)")
         torch.set_rng_state(ck["rng"]["torch"])
         log(f"resuming {ckpt_path} after epoch {start_epoch}")
 
@@ -300,6 +300,7 @@ def train(
     noise_gen = torch.Generator(device=device)
     extras = {k: v.to(device) for k, v in extras.items()}
 
+    run_start, first_epoch = time.time(), start_epoch
     try:
         for epoch in range(start_epoch, c.epochs):
             if stop_after_epoch is not None and epoch >= stop_after_epoch:
@@ -310,7 +311,8 @@ def train(
             perm = torch.randperm(len(train_set), generator=generator(c.seed, "order", epoch))
             sums: Dict[str, torch.Tensor] = {}
             steps = 0
-            bar = _progress(len(train_set), f"epoch {epoch + 1}/{c.epochs}", progress)
+            bar = progress_bar(total=len(train_set), desc=f"epoch {epoch + 1}/{c.epochs}",
+                               enabled=progress, leave=False)
             for b, (x, y, idx) in enumerate(_batches(train_set, perm, c.batch_size, c.seed, epoch, c.num_workers)):
                 batch = Batch(x.to(device, non_blocking=True), y.to(device, non_blocking=True), idx,
                               {k: v[idx.to(device)] for k, v in extras.items()})
@@ -327,7 +329,7 @@ def train(
                         sums[k] = sums[k] + v if k in sums else v
                 bar.update(len(idx))
                 if bar.n and not bar.disable:
-                    bar.set_postfix(loss=f"{float(loss):.4f}")
+                    bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
             bar.close()
             lr = opt.param_groups[0]["lr"]
             sched.step()
@@ -343,6 +345,9 @@ def train(
             line = (f"epoch {epoch + 1}/{c.epochs}  lr {lr:.4g}  loss {record['loss']:.4f}  "
                     f"test acc {record['test_acc']:.4f}  noisy {record['test_acc_noisy']:.4f}  "
                     f"{record['time']:.1f}s")
+            if epoch + 1 < c.epochs:  # the whole run's remaining time, from this session's epochs
+                per_epoch = (time.time() - run_start) / (epoch + 1 - first_epoch)
+                line += f"  eta {format_duration(per_epoch * (c.epochs - epoch - 1))}"
             log(line)
             with naming(log_path):
                 log_file.write(json.dumps(record) + "\n")

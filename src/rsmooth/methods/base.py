@@ -8,6 +8,8 @@ loader batch into ``num_chunks`` chunks and takes one optimiser step per chunk (
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
@@ -19,6 +21,23 @@ from ..registry import Registry
 from ..smoothing.stats import validate_sigma
 
 METHODS: Registry = Registry("training method")
+
+#: the largest l2 radius or step (eps, alpha) a method accepts, in [0,1] pixel units: the papers
+#: use at most 2.0, and a value in the reference scripts' 1/256 units (their --epsilon 256 is
+#: 1.0 here) lands far above it
+MAX_RADIUS = 10.0
+
+
+def check_radius(method: str, name: str, value: float, positive: bool = False) -> None:
+    """Raise RsmoothError unless ``value`` is a finite l2 radius in [0, MAX_RADIUS] (> 0 if
+    ``positive``), naming the 1/256 units of the reference scripts when it is too large."""
+    if not (value > 0 if positive else value >= 0) or not math.isfinite(value):
+        raise RsmoothError(f"{name} must be {'> 0' if positive else '>= 0'} (an l2 radius in [0,1] "
+                           f"pixel units) for {method}, got {value}")
+    if value > MAX_RADIUS:
+        raise RsmoothError(f"{name}={value:g} is too large for {method}: it is an l2 radius in [0,1] "
+                           f"pixel units (at most {MAX_RADIUS:g}); the reference scripts' --epsilon "
+                           f"counts 1/256 units, so their {value:g} is {name}={value / 256:g} here")
 
 
 @dataclass
@@ -80,6 +99,11 @@ class Method:
     #: per-example extras the method needs from the engine, e.g. ("targets",) for CAT-RS
     requires: ClassVar[Tuple[str, ...]] = ()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "loss" in cls.__dict__:
+            cls.loss = _detached_stats(cls.__dict__["loss"])  # type: ignore[method-assign]
+
     def __post_init__(self) -> None:
         self.sigma = validate_sigma(self.sigma)
         self.validate()
@@ -95,8 +119,9 @@ class Method:
     def loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
         """Return (scalar loss to minimise, dict of scalar statistics for the log).
 
-        Statistics are 0-dim tensors (detached by the engine, averaged over the epoch) so
-        that no step waits for the device.
+        Statistics are 0-dim tensors, returned detached (every subclass's ``loss`` is
+        wrapped to detach them) and averaged over the epoch by the engine, so that no step
+        waits for the device.
         """
         raise NotImplementedError
 
@@ -107,6 +132,17 @@ class Method:
     def hparams(self) -> Dict[str, Any]:
         """The hyperparameters as a plain dict (recorded in checkpoints and logs)."""
         return dataclasses.asdict(self)
+
+
+def _detached_stats(loss_fn):
+    """Wrap a ``loss`` so that its statistics come back detached from the graph."""
+
+    @functools.wraps(loss_fn)
+    def loss(self, model, batch, ctx):
+        value, stats = loss_fn(self, model, batch, ctx)
+        return value, {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in stats.items()}
+
+    return loss
 
 
 def hyperparameters(cls: type) -> List[dataclasses.Field]:

@@ -31,7 +31,7 @@ from torch import nn
 
 from ..attacks.noise import RENORM_MODES, pgd_on_noise
 from ..errors import RsmoothError
-from .base import METHODS, Batch, Method, StepContext
+from .base import METHODS, Batch, Method, StepContext, check_radius
 
 __all__ = ["LOW_MODES", "HIGH_MODES", "TARGET_MODES", "sample_k_plus", "bottom_k_loss",
            "kl_to_target", "catrs_loss", "CATRS", "CATRSv1"]
@@ -149,12 +149,15 @@ class _CatRSBase(Method):
     lbd: float = field(default=1.0, metadata={
         "help": "lambda: weight of L_high (MNIST 1.0; CIFAR 0.5/1.0/2.0 at sigma 0.25/0.5/1.0; ImageNet 2.0)"})
     low: str = field(default="bottom-k", metadata={
-        "help": "L_low: bottom-k, gaussian (L_base: CE over all M noises; ablation) or none (ablation)"})
+        "help": "L_low: bottom-k, gaussian (L_base: CE over all M noises; ablation) or none (ablation)",
+        "choices": LOW_MODES})
     high: str = field(default="max", metadata={
-        "help": "L_high over the M worst-case noises: max, mean (papers/001 eq. 11; ablation) or none (ablation)"})
+        "help": "L_high over the M worst-case noises: max, mean (papers/001 eq. 11; ablation) or none (ablation)",
+        "choices": HIGH_MODES})
     mask: bool = field(default=True, metadata={"help": "apply L_high only where K+ = M (--no-mask: ablation)"})
     renorm: str = field(default="rms", metadata={
-        "help": "scale of the worst-case noise's re-normalisation: rms (authors' code) or std (paper text)"})
+        "help": "scale of the worst-case noise's re-normalisation: rms (authors' code) or std (paper text)",
+        "choices": RENORM_MODES})
 
     def validate(self) -> None:
         n = self.name
@@ -162,8 +165,7 @@ class _CatRSBase(Method):
             raise RsmoothError(f"num_noise must be >= 1 for {n}, got {self.num_noise}")
         if self.num_steps < 1:
             raise RsmoothError(f"num_steps must be >= 1 for {n}, got {self.num_steps}")
-        if not self.eps >= 0 or self.eps == float("inf"):
-            raise RsmoothError(f"eps must be >= 0 (l2 radius in [0,1] pixel units) for {n}, got {self.eps}")
+        check_radius(n, "eps", self.eps)
         if not self.lbd >= 0 or self.lbd == float("inf"):
             raise RsmoothError(f"lbd must be >= 0 for {n}, got {self.lbd}")
         if self.low not in LOW_MODES:
@@ -265,7 +267,7 @@ class CATRS(_CatRSBase):
 
     target: str = field(default="consistency", metadata={
         "help": "label of L_high: consistency (y_hat from --targets), smoothed (the model's own F_hat(x) "
-                "over the M noises, detached; ablation) or hard (one-hot y; ablation)"})
+                "over the M noises, detached; ablation) or hard (one-hot y; ablation)", "choices": TARGET_MODES})
     confidence_mask: bool = field(default=False, metadata={
         "help": "draw K ~ Bin(M, y_hat_y) instead of Bin(M, p_hat) (ImageNet; needs --targets)"})
     eps_double_epoch: int = field(default=0, metadata={
@@ -351,7 +353,7 @@ class CATRSv1(_CatRSBase):
     mask: bool = field(default=True, metadata={"help": "apply L_high only where p_hat = 1 (--no-mask: ablation)"})
     renorm: str = field(default="std", metadata={
         "help": "scale of the worst-case noise's re-normalisation: std (paper text) or rms (the published "
-                "version's code)"})
+                "version's code)", "choices": RENORM_MODES})
     p0: float = field(default=0.2, metadata={
         "help": "truncation of L_low: the other noises' CE is cut at -log p0, p0 in (0, 1] "
                 "(MNIST 1/5; CIFAR 1/20 at sigma 0.25, 1/10 at 0.5/1.0)"})

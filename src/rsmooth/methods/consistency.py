@@ -102,9 +102,10 @@ class Consistency(Method):
     num_noise: int = field(default=2, metadata={"help": "m: noisy copies of each image per step"})
     lbd: float = field(default=10.0, metadata={"help": "lambda: weight of the regulariser"})
     eta: float = field(default=0.5, metadata={
-        "help": "eta: weight of a second term (Consistency: of the entropy H(F_hat), default 0.5)"})
+        "help": "eta: weight of a second term (Consistency: of the entropy H(F_hat))"})
     variant: str = field(default="default", metadata={
-        "help": "loss variant (Consistency: default = KL + eta*entropy, kl, mse, ce = lbd*(KL + entropy))"})
+        "help": "loss variant (Consistency: default = KL + eta*entropy, kl, mse, ce = lbd*(KL + entropy))",
+        "choices": VARIANTS})
 
     name = "consistency"
 

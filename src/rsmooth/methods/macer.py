@@ -78,8 +78,9 @@ class Macer(Method):
     num_noise: int = field(default=16, metadata={"help": "m (MACER's k): noisy copies of each image per step"})
     lbd: float = field(default=12.0, metadata={"help": "lambda: weight of the regulariser"})
     gamma: float = field(default=8.0, metadata={
-        "help": "gamma: macer's hinge threshold on the gap Phi^-1(p1) - Phi^-1(p2) (default 8); "
-                "stability's regulariser weight (default 2; 1 for CIFAR sigma=1)"})
+        "flag": "macer-gamma",
+        "help": "gamma: hinge threshold on the gap Phi^-1(p1) - Phi^-1(p2) (MACER's --gamma, the CAT-RS "
+                "scripts' --margin)"})
     beta: float = field(default=16.0, metadata={"help": "beta: inverse temperature of the soft smoothed classifier"})
     deferred: bool = field(default=False, metadata={"help": "lambda = 0 until the first learning-rate drop"})
 

@@ -17,7 +17,7 @@ from torch import nn
 from ..attacks.ddn import ddn_smoothed_input
 from ..attacks.pgd import pgd_smoothed_input
 from ..errors import RsmoothError
-from .base import METHODS, Batch, Method, StepContext
+from .base import METHODS, Batch, Method, StepContext, check_radius
 from .consistency import consistency_regularizer
 
 #: the closed set of attacks (``attack`` field)
@@ -76,25 +76,24 @@ class SmoothAdv(Method):
     :func:`rsmooth.attacks.ddn_smoothed_input`.
     """
 
-    num_noise: int = field(default=4, metadata={"help": "m: noisy copies per image (default: 4 smoothadv)"})
+    num_noise: int = field(default=4, metadata={"help": "m: noisy copies per image"})
     eps: float = field(default=1.0, metadata={
-        "help": "attack radius eps, l2 norm in [0,1] pixel units (default: 1.0). The reference code's "
+        "help": "attack radius eps, l2 norm in [0,1] pixel units. The reference code's "
                 "--epsilon is in 1/256 units: its 256 is 1.0 here, 512 is 2.0"})
-    num_steps: int = field(default=10, metadata={"help": "T: attack steps (default: 10)"})
-    attack: str = field(default="pgd", metadata={"help": "smoothadv attack: pgd (default) or ddn"})
+    num_steps: int = field(default=10, metadata={"help": "T: attack steps"})
+    attack: str = field(default="pgd", metadata={"help": "the attack", "choices": ATTACKS})
     warmup: int = field(default=10, metadata={
-        "help": "epochs over which the radius grows linearly from 0 (default: 10; 0 = none)"})
+        "help": "epochs over which the radius grows linearly from 0 (0 = none)"})
     lbd: float = field(default=0.0, metadata={
-        "help": "lambda: consistency weight on top of smoothadv (default: 0 = off; needs m >= 2)"})
-    eta: float = field(default=0.5, metadata={"help": "eta: weight of the entropy term H(F_hat) (default: 0.5)"})
+        "help": "lambda: consistency weight on top of smoothadv (0 = off; needs m >= 2)"})
+    eta: float = field(default=0.5, metadata={"help": "eta: weight of the entropy term H(F_hat)"})
 
     name = "smoothadv"
 
     def validate(self) -> None:
         if self.num_noise < 1:
             raise RsmoothError(f"num_noise must be >= 1 for smoothadv, got {self.num_noise}")
-        if not self.eps >= 0 or self.eps == float("inf"):
-            raise RsmoothError(f"eps must be >= 0 (l2 radius in [0,1] pixel units) for smoothadv, got {self.eps}")
+        check_radius("smoothadv", "eps", self.eps)
         if self.num_steps < 1:
             raise RsmoothError(f"num_steps must be >= 1 for smoothadv, got {self.num_steps}")
         if self.attack not in ATTACKS:

@@ -47,7 +47,7 @@ from torch import nn
 from ..attacks.base import frozen_eval
 from ..attacks.pgd import l2_normalize, project_l2, smoothed_log_prob
 from ..errors import check
-from .base import METHODS, Batch, Method, StepContext
+from .base import METHODS, Batch, Method, StepContext, check_radius
 
 VARIANTS = ("code", "paper")
 #: the reference attack clamps F_hat_y at 1e-20: below it the gradient is 0 and the example stops
@@ -192,20 +192,20 @@ class SmoothMix(Method):
                                                       "0 = unrestricted)"})
     warmup: int = field(default=10, metadata={"help": "epochs of linear warm-up (0 = none)"})
     variant: str = field(default="code", metadata={"help": "loss variant (SmoothMix: code = KL + correctness mask, "
-                                                           "paper = cross-entropy to y_mix, no mask)"})
+                                                           "paper = cross-entropy to y_mix, no mask)",
+                                                   "choices": VARIANTS})
 
     name = "smoothmix"
 
     def validate(self) -> None:
         check(self.num_noise >= 1, f"num_noise must be >= 1, got {self.num_noise}")
         check(self.num_steps >= 1, f"num_steps must be >= 1, got {self.num_steps}")
-        check(self.alpha_step > 0 and math.isfinite(self.alpha_step),
-              f"alpha_step must be > 0, got {self.alpha_step}")
+        check_radius("smoothmix", "alpha_step", self.alpha_step, positive=True)
         check(self.eta >= 0 and math.isfinite(self.eta), f"eta must be >= 0, got {self.eta}")
         check(0 <= self.mix_step <= self.num_steps,
               f"mix_step must be in [0, num_steps={self.num_steps}], got {self.mix_step}")
-        check(self.mix_eps >= 0 and math.isfinite(self.mix_eps), f"mix_eps must be >= 0, got {self.mix_eps}")
-        check(self.eps >= 0 and math.isfinite(self.eps), f"eps must be >= 0 (0 = no l2 ball), got {self.eps}")
+        check_radius("smoothmix", "mix_eps", self.mix_eps)
+        check_radius("smoothmix", "eps", self.eps)
         check(self.warmup >= 0, f"warmup must be >= 0 epochs, got {self.warmup}")
         check(self.variant in VARIANTS, f"variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}")
 

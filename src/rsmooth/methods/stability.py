@@ -49,8 +49,9 @@ class Stability(Method):
     """
 
     gamma: float = field(default=2.0, metadata={
-        "help": "gamma: macer's hinge threshold on the gap Phi^-1(p1) - Phi^-1(p2) (default 8); "
-                "stability's regulariser weight (default 2; 1 for CIFAR sigma=1)"})
+        "flag": "stability-gamma",
+        "help": "gamma: weight of the stability regulariser (1 for CIFAR sigma=1; the Consistency "
+                "authors' script calls it --lbd)"})
 
     name = "stability"
 
