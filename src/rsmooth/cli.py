@@ -254,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     # targets ----------------------------------------------------------------------------
     tg = sub.add_parser("targets", help="CAT-RS consistency targets of a Gaussian-trained model",
                         description="Vote frequencies over all classes of the smoothed classifier of a "
-                        "Gaussian-trained model for every training image (CAT-RS y_hat, papers/000 "
+                        "Gaussian-trained model for every training image (CAT-RS y_hat, Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) "
                         "App. C.5): OUT (.npy, N x K) and OUT.json. Resumable: rerun to continue. " + UNITS)
     tg.add_argument("--checkpoint", required=True, help="a Gaussian-trained model (sigma 0.25 in the papers)")
     tg.add_argument("--dataset", choices=DATASETS.names(), help="default: the checkpoint's")

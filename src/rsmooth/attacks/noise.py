@@ -1,10 +1,10 @@
-"""PGD on the Gaussian noise: CAT-RS's worst-case noise search (papers/000 App. C.4; SPEC.md 2).
+"""PGD on the Gaussian noise: CAT-RS's worst-case noise search (Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.4; SPEC.md 2).
 
 CAT-RS keeps the clean image x fixed and moves each noise sample delta_i to a worst-case
-delta_i* with ||delta_i* - delta_i||_2 <= eps (papers/000 Algorithm 1 line 6; papers/001
+delta_i* with ||delta_i* - delta_i||_2 <= eps (Jeong et al. 2023 Algorithm 1 line 6; Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o)
 eq. 8), then re-normalises delta_i* so it keeps the first two moments of delta_i: "normalizing
-the mean and standard deviation of delta* to follow those of delta" (papers/000 App. C.4,
-papers/001 Sec. 3.2).  Facts from the authors' attack (alinlab/smoothing-catrs
+the mean and standard deviation of delta* to follow those of delta" (Jeong et al. 2023 App. C.4,
+Jeong et al. 2022 Sec. 3.2).  Facts from the authors' attack (alinlab/smoothing-catrs
 ``code/train_catrs.py``, class ``KL_PGD``): no random start; T steps of size 2 * eps / T along
 the per-example l2-normalised gradient; projection of delta* - delta onto the eps-ball; the
 re-normalisation is applied to the noise itself after *every* step, with the RMS
@@ -49,8 +49,8 @@ def renormalize(d_star: torch.Tensor, d: torch.Tensor, mode: str = "rms") -> tor
 
     d* <- (d* - mu(d*)) / s(d*) * s(d) + mu(d), per example (dim 0), mu = mean over the
     example's coordinates; s = sqrt(mean(d^2)) for ``mode="rms"`` (authors' code, default) or
-    the standard deviation sqrt(mean((d - mu)^2)) for ``mode="std"`` (papers/000 App. C.4 and
-    papers/001 Sec. 3.2 text).  With ``rms`` the result has the mean of d but, when d* has a
+    the standard deviation sqrt(mean((d - mu)^2)) for ``mode="std"`` (Jeong et al. 2023 App. C.4 and
+    Jeong et al. 2022 Sec. 3.2 text).  With ``rms`` the result has the mean of d but, when d* has a
     non-zero mean, not exactly the RMS of d; with ``std`` it has both the mean and the std of d.
     s(d*) is clamped below at 1e-12.
 
@@ -78,7 +78,7 @@ def pgd_on_noise(
     num_steps: int,
     renorm: str = "rms",
 ) -> torch.Tensor:
-    """Worst-case noises delta_i* near delta_i for a fixed clean x (papers/000 App. C.4).
+    """Worst-case noises delta_i* near delta_i for a fixed clean x (Jeong et al. 2023 App. C.4).
 
     From delta*(0) = delta, T = ``num_steps`` steps of
 

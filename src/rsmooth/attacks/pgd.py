@@ -1,8 +1,8 @@
 """l2 PGD on the input of the soft-smoothed classifier, and the primitives it is made of.
 
-SmoothAdv (Salman et al. 2019; papers/004 App. E.1 eq. 3-4; SPEC.md 2) attacks the
+SmoothAdv (Salman et al. 2019; Jeong & Shin 2020 (Consistency, arXiv 2006.04062) App. E.1 eq. 3-4; SPEC.md 2) attacks the
 *soft-smoothed* classifier F_hat(x) = E_delta[F(x + delta)], approximated with m fixed noises
-delta_1..delta_m, by normalised-gradient ascent on -log F_hat_y(x').  SmoothMix (papers/003
+delta_1..delta_m, by normalised-gradient ascent on -log F_hat_y(x').  SmoothMix (Jeong et al. 2021 (SmoothMix, arXiv 2111.09277)
 Algorithm 1) runs the same ascent without an l2 ball.  Reference: Hadisalman/smoothing-adversarial
 ``code/attacks.py`` ``PGD_L2._attack_mutlinoise``; facts taken from it are named below.
 
@@ -57,7 +57,7 @@ def project_l2(delta: torch.Tensor, eps: Union[float, torch.Tensor]) -> torch.Te
 
 
 def smoothed_log_prob(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """log F_hat_y = log((1/m) sum_i softmax(logits_i)_y) per image (papers/004 eq. 4).
+    """log F_hat_y = log((1/m) sum_i softmax(logits_i)_y) per image (Jeong & Shin 2020 eq. 4).
 
     logits: [B, m, K], or [B*m, K] image-major (m = B*m / len(y)); y: [B] labels.  Returns [B].
     Computed as logsumexp_i(log_softmax_i[y]) - log m, which is exact where the reference's
@@ -111,7 +111,7 @@ def pgd_smoothed_input(
     step_size: Optional[float] = None,
     generator: Optional[torch.Generator] = None,
 ) -> torch.Tensor:
-    """l2 PGD on the soft-smoothed classifier (SmoothAdv; papers/004 App. E.1 eq. 4).
+    """l2 PGD on the soft-smoothed classifier (SmoothAdv; Jeong & Shin 2020 App. E.1 eq. 4).
 
     Finds x' with ||x' - x||_2 <= eps, x' in [0,1], that maximises
     -log((1/m) sum_i F_y(x' + delta_i)) for the *given* noises (shared by the attack and the

@@ -1,4 +1,4 @@
-"""CAT-RS consistency targets y_hat (papers/000 App. C.5, eq. 10; SPEC.md 2).
+"""CAT-RS consistency targets y_hat (Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5, eq. 10; SPEC.md 2).
 
 For every training image, the vote frequencies over all K classes of the smoothed classifier
 of a Gaussian-trained model (at sigma0 = 0.25 in the papers) with N noises per image
@@ -72,7 +72,7 @@ def compute_targets(
         checkpoint: a Gaussian-trained model (rsmooth or public checkpoint).
         out: output ``.npy`` path.
         dataset: default the checkpoint's; sigma: default the checkpoint's (0.25 in papers).
-        num_samples: N noises per image (10,000 in papers/000; 500 for ImageNet).
+        num_samples: N noises per image (10,000 in Jeong et al. 2023; 500 for ImageNet).
         augment: targets on augmented training images, drawn once (reference) or not.
         stop_after_blocks: stop as if killed after this many blocks (tests).
         overwrite: recompute even if ``out`` exists (otherwise a finished file with the same

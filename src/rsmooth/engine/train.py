@@ -5,7 +5,7 @@ schedule, chunking (SPEC.md 2: one optimiser step per chunk for chunked methods)
 evaluation (clean accuracy and accuracy under noise), logging and atomic checkpoints, and
 resumes bit-identically: every random stream is derived from ``(seed, epoch, step)``.
 
-Schedule timing (``lr_timing``): the Jeong-family scripts that produced papers/000, 001, 003
+Schedule timing (``lr_timing``): the Jeong-family scripts that produced Jeong et al. 2023 (CAT-RS, arXiv 2212.09000), 001, 003
 and 004 call ``scheduler.step(epoch)`` *after* training epoch ``epoch``, so with ``lr_step = 50``
 0-based epochs 0-50 use ``lr`` and epoch 51 is the first at a reduced rate ("catrs", the
 default).  Cohen's code steps at the start of each epoch, one epoch earlier: epoch 50 is the

@@ -3,15 +3,15 @@
 Two versions, both chunked like the other Jeong-family methods (the engine splits each loader
 batch into ``num_noise`` chunks, one optimiser step each):
 
-- ``catrs`` (published version; papers/000 Algorithm 1, App. C.4-C.5, D.4) with the authors'
+- ``catrs`` (published version; Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Algorithm 1, App. C.4-C.5, D.4) with the authors'
   code as the default where it differs from the text (alinlab/smoothing-catrs
   ``code/train_catrs.py``): L_low = bottom-K Gaussian loss, L_high = worst-case KL to the
   consistency targets y_hat, mask 1[K+ = M];
-- ``catrs-v1`` (first full version; papers/001 eq. 7, 8, 10, Algorithm 1): bottom-K loss with
+- ``catrs-v1`` (first full version; Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) eq. 7, 8, 10, Algorithm 1): bottom-K loss with
   truncation p0, worst-case cross-entropy to the hard label, mask 1[p_hat = 1].  No code of this
   version was published: it follows the paper text.
 
-Ablations (papers/000 Tables 8-9; papers/001 Table 3) are fields of both: ``low`` (bottom-k |
+Ablations (Jeong et al. 2023 Tables 8-9; Jeong et al. 2022 Table 3) are fields of both: ``low`` (bottom-k |
 gaussian | none), ``high`` (max | mean | none), ``mask``; ``catrs`` also has ``target``
 (consistency | smoothed | hard).
 
@@ -36,9 +36,9 @@ from .base import METHODS, Batch, Method, StepContext, check_radius
 __all__ = ["LOW_MODES", "HIGH_MODES", "TARGET_MODES", "sample_k_plus", "bottom_k_loss",
            "kl_to_target", "catrs_loss", "CATRS", "CATRSv1"]
 
-#: L_low: bottom-K Gaussian loss (eq. 6/7), all M noises (L_base, papers/000 Table 8 (c)), or none
+#: L_low: bottom-K Gaussian loss (eq. 6/7), all M noises (L_base, Jeong et al. 2023 Table 8 (c)), or none
 LOW_MODES = ("bottom-k", "gaussian", "none")
-#: L_high over the M worst-case noises: max (eq. 7/8), mean (papers/001 eq. 11), or none
+#: L_high over the M worst-case noises: max (eq. 7/8), mean (Jeong et al. 2022 eq. 11), or none
 HIGH_MODES = ("max", "mean", "none")
 #: label of L_high in ``catrs``: y_hat from a file, F_hat(x) over the M noises, or one-hot y
 TARGET_MODES = ("consistency", "smoothed", "hard")
@@ -47,7 +47,7 @@ TARGET_MODES = ("consistency", "smoothed", "hard")
 # -- pure pieces ------------------------------------------------------------------------------
 
 def sample_k_plus(p: torch.Tensor, num_noise: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
-    """K+ = max(K, 1) with K ~ Bin(M, p) per example (papers/000 Algorithm 1 line 3).
+    """K+ = max(K, 1) with K ~ Bin(M, p) per example (Jeong et al. 2023 Algorithm 1 line 3).
 
     p: [B] probabilities in [0, 1]; returns int64 [B] in {1, ..., M}.  K is drawn as the number of
     M uniforms from ``generator`` below p (a sum of M Bernoulli(p) draws: exactly Bin(M, p)).
@@ -58,7 +58,7 @@ def sample_k_plus(p: torch.Tensor, num_noise: int, generator: Optional[torch.Gen
 
 
 def bottom_k_loss(ce: torch.Tensor, k_plus: torch.Tensor, p0: Optional[float] = None) -> torch.Tensor:
-    """Bottom-K Gaussian loss per example (papers/000 eq. 6 with K+; papers/001 eq. 7).
+    """Bottom-K Gaussian loss per example (Jeong et al. 2023 eq. 6 with K+; Jeong et al. 2022 eq. 7).
 
     ce: [B x M] per-noise cross-entropies; k_plus: int [B] in {1..M}.  Returns [B]:
     (1/M) * (sum of the K+ smallest CE_i  [+ sum over the other M - K+ of [CE_i + log p0]^+ when
@@ -80,7 +80,7 @@ def kl_to_target(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """KL(target || softmax(logits)) per row, [N x K], [N x K] -> [N].
 
     sum_k t_k (log t_k - log F_k) with 0 log 0 = 0: the authors' ``F.kl_div(log_softmax(logits),
-    y_hat, reduction='none').sum(1)`` (papers/000 Algorithm 1 writes KL(F(x + delta*), y_hat); the
+    y_hat, reduction='none').sum(1)`` (Jeong et al. 2023 Algorithm 1 writes KL(F(x + delta*), y_hat); the
     code's direction is KL(y_hat || F)).  For a one-hot target it equals CE(F, y).
     """
     return F.kl_div(F.log_softmax(logits, dim=1), target.to(logits.dtype), reduction="none").sum(1)
@@ -97,7 +97,7 @@ def catrs_loss(
     high: str = "max",
     p0: Optional[float] = None,
 ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
-    """mean_b( L_low + lbd * mask * L_high ) (papers/000 eq. 8 / Algorithm 1 line 10; papers/001 eq. 10).
+    """mean_b( L_low + lbd * mask * L_high ) (Jeong et al. 2023 eq. 8 / Algorithm 1 line 10; Jeong et al. 2022 eq. 10).
 
     Args:
         ce: [B x M] CE(F(x + delta_i), y) of the M Gaussian noises.
@@ -108,7 +108,7 @@ def catrs_loss(
         lbd: lambda >= 0.
         low: ``"bottom-k"`` (:func:`bottom_k_loss`, with truncation when ``p0`` is given),
             ``"gaussian"`` (L_base = (1/M) sum_i CE_i), ``"none"``.
-        high: ``"max"`` (max_i), ``"mean"`` ((1/M) sum_i; papers/001 eq. 11, papers/000
+        high: ``"max"`` (max_i), ``"mean"`` ((1/M) sum_i; Jeong et al. 2022 eq. 11, Jeong et al. 2023
             Table 9 (a)), ``"none"``.
 
     Returns:
@@ -152,7 +152,7 @@ class _CatRSBase(Method):
         "help": "L_low: bottom-k, gaussian (L_base: CE over all M noises; ablation) or none (ablation)",
         "choices": LOW_MODES})
     high: str = field(default="max", metadata={
-        "help": "L_high over the M worst-case noises: max, mean (papers/001 eq. 11; ablation) or none (ablation)",
+        "help": "L_high over the M worst-case noises: max, mean (Jeong et al. 2022 eq. 11; ablation) or none (ablation)",
         "choices": HIGH_MODES})
     mask: bool = field(default=True, metadata={"help": "apply L_high only where K+ = M (--no-mask: ablation)"})
     renorm: str = field(default="rms", metadata={
@@ -230,7 +230,7 @@ class _CatRSBase(Method):
 @METHODS.register("catrs")
 @dataclass
 class CATRS(_CatRSBase):
-    """CAT-RS, published version (papers/000 Algorithm 1, App. C.4-C.5, D.4; SPEC.md 2).
+    """CAT-RS, published version (Jeong et al. 2023 Algorithm 1, App. C.4-C.5, D.4; SPEC.md 2).
 
     Per chunk of B images: M Gaussian noises per image (image-major); logits of the M noisy
     copies in train mode; p_hat = fraction of the M hard votes equal to y; K ~ Bin(M, p_hat)
@@ -251,16 +251,16 @@ class CATRS(_CatRSBase):
     drop a batch's remainder (``len(X) // M`` images each); the engine keeps it.
 
     Targets: ``target="consistency"`` (default) reads ``batch.extras["targets"]`` [B x K], the
-    smoothed predictions of a Gaussian model (``rsmooth targets``, papers/000 eq. 10);
+    smoothed predictions of a Gaussian model (``rsmooth targets``, Jeong et al. 2023 eq. 10);
     ``"smoothed"`` uses F_hat(x) = (1/M) sum_i softmax(f(x + delta_i)) of the model itself over
-    the chunk's M Gaussian noises (papers/000 Table 9 (b)), **detached**: it replaces y_hat, a
+    the chunk's M Gaussian noises (Jeong et al. 2023 Table 9 (b)), **detached**: it replaces y_hat, a
     label assignment held fixed both in the attack and in L_high (the paper calls it "the label
     assignment"; no code of the ablation was published); ``"hard"`` uses one-hot y (Table 9 (c);
     KL to a one-hot target is CE).  Ablations of Table 8: ``low="none"`` (b: L_high only, with
     ``mask=False``), ``high="none"`` (a: L_low only), ``low="gaussian", mask=False`` (c),
     ``mask=False`` (d); Table 9 (a): ``high="mean"``.
 
-    Defaults (papers/000 App. C.5): M = 4, T = 4, eps = 1.0, lambda = 1.0 (MNIST,
+    Defaults (Jeong et al. 2023 App. C.5): M = 4, T = 4, eps = 1.0, lambda = 1.0 (MNIST,
     Fashion-MNIST); CIFAR-10/100 lambda 0.5 / 1.0 / 2.0 at sigma 0.25 / 0.5 / 1.0; ImageNet
     lambda 2.0, M = 2, T = 1, ``confidence_mask``, ``eps_double_epoch=80``.
     """
@@ -328,7 +328,7 @@ class CATRS(_CatRSBase):
 @METHODS.register("catrs-v1")
 @dataclass
 class CATRSv1(_CatRSBase):
-    """CAT-RS, first full version (papers/001 eq. 7, 8, 10, Algorithm 1; SPEC.md 2).
+    """CAT-RS, first full version (Jeong et al. 2022 eq. 7, 8, 10, Algorithm 1; SPEC.md 2).
 
     No reference code of this version exists: it follows the paper text.  Per chunk: M
     Gaussian noises; K ~ Bin(M, p_hat), K+ = max(K, 1) (eq. 7); L_low = (1/M) (sum of the K+
@@ -339,11 +339,11 @@ class CATRSv1(_CatRSBase):
     mean(L_low + lbd * 1[p_hat = 1] * L_high) (eq. 10).  Train/eval modes and the two
     forward passes are as in ``catrs`` (the published version's code).
 
-    Ablations (papers/001 Table 3): ``high="none"`` (a: L_low only), ``low="none"`` (b: L_high
+    Ablations (Jeong et al. 2022 Table 3): ``high="none"`` (a: L_low only), ``low="none"`` (b: L_high
     only), ``mask=False`` (c), ``high="mean"`` (d: L^{avg,max}, eq. 11).  Table 5's
     1/p0 = infinity is the limit p0 -> 0 (a tiny p0 such as 1e-30 reaches it).
 
-    Defaults (papers/001 App. B.2): M = 4, T = 4, eps = 1.0 (Sec. 3.2), lambda = 1.0 and
+    Defaults (Jeong et al. 2022 App. B.2): M = 4, T = 4, eps = 1.0 (Sec. 3.2), lambda = 1.0 and
     p0 = 1/5 (MNIST); CIFAR-10 lambda 0.5, p0 1/20 (sigma 0.25), lambda 2.0, p0 1/10 (sigma
     0.5, 1.0).
     """

@@ -1,8 +1,8 @@
-"""Consistency regularisation (Jeong & Shin 2020; papers/004 eq. 7, 12, 13; SPEC.md 2).
+"""Consistency regularisation (Jeong & Shin 2020; Jeong & Shin 2020 (Consistency, arXiv 2006.04062) eq. 7, 12, 13; SPEC.md 2).
 
 Reference: jh-jeong/smoothing-consistency ``code/consistency.py``.  The regulariser is a pure
 function of the logits of the m noisy copies of each image, so other methods (e.g. SmoothAdv +
-Consistency, papers/004 Table 1) reuse it on their own inputs.
+Consistency, Jeong & Shin 2020 Table 1) reuse it on their own inputs.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ VARIANTS = ("default", "kl", "mse", "ce")
 
 def consistency_regularizer(logits: torch.Tensor, lbd: float, eta: float,
                             variant: str = "default") -> torch.Tensor:
-    """The consistency regulariser, averaged over the batch (papers/004 eq. 7, 12, 13).
+    """The consistency regulariser, averaged over the batch (Jeong & Shin 2020 eq. 7, 12, 13).
 
     logits: [B x m x K], the logits F(x + delta_i) of m >= 2 noisy copies of each of B images
     (image-major: row b holds image b's copies).  F_hat(x) = (1/m) sum_i softmax(logits_i) is
@@ -32,7 +32,7 @@ def consistency_regularizer(logits: torch.Tensor, lbd: float, eta: float,
     code does).  Per image, with KL(P || Q) = sum_k P_k (log P_k - log Q_k) and
     H(P) = -sum_k P_k log max(P_k, 1e-20):
 
-    - ``"default"`` (eq. 12, the form behind every number in papers/004):
+    - ``"default"`` (eq. 12, the form behind every number in Jeong & Shin 2020):
       lbd * (1/m) sum_i KL(F_hat || F(x + delta_i)) + eta * H(F_hat);
     - ``"kl"`` (eq. 13, KL only): lbd * (1/m) sum_i KL(F_hat || F(x + delta_i));
     - ``"mse"`` (eq. 13): lbd * ||F(x + delta_1) - F(x + delta_2)||_2^2 on the softmaxes of the
@@ -75,7 +75,7 @@ def consistency_regularizer(logits: torch.Tensor, lbd: float, eta: float,
 
 def consistency_loss(logits: torch.Tensor, y: torch.Tensor, lbd: float, eta: float,
                      variant: str = "default") -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
-    """Gaussian + consistency training objective (papers/004 eq. 12).
+    """Gaussian + consistency training objective (Jeong & Shin 2020 eq. 12).
 
     logits: [B x m x K] of the m noisy copies of each image; y: [B] labels.  Returns
     (mean CE over all B*m noisy copies + ``consistency_regularizer(logits, lbd, eta, variant)``,
@@ -90,12 +90,12 @@ def consistency_loss(logits: torch.Tensor, y: torch.Tensor, lbd: float, eta: flo
 @METHODS.register("consistency")
 @dataclass
 class Consistency(Method):
-    """Consistency regularisation on Gaussian noise (Jeong & Shin 2020; papers/004 eq. 12).
+    """Consistency regularisation on Gaussian noise (Jeong & Shin 2020; Jeong & Shin 2020 eq. 12).
 
     Chunked (SPEC.md 2): each loader batch is split into ``num_noise`` chunks, one optimiser step
     each; every image of a chunk gets ``num_noise`` independent noises.  Defaults: m = 2 and
-    eta = 0.5 (papers/004 Sec. 3-4); lbd = 10 (the reference code's default; papers/004 uses it
-    for CIFAR-10 sigma = 0.5, 1.0, papers/001 App. B.2 uses 20 for CIFAR-10 sigma = 0.25 and
+    eta = 0.5 (Jeong & Shin 2020 Sec. 3-4); lbd = 10 (the reference code's default; Jeong & Shin 2020 uses it
+    for CIFAR-10 sigma = 0.5, 1.0, Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 uses 20 for CIFAR-10 sigma = 0.25 and
     10 / 5 / 5 for MNIST sigma = 0.25 / 0.5 / 1.0).
     """
 

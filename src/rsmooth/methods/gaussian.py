@@ -1,4 +1,4 @@
-"""Gaussian data augmentation (Cohen et al. 2019; papers/001 eq. 5; SPEC.md 2)."""
+"""Gaussian data augmentation (Cohen et al. 2019; Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) eq. 5; SPEC.md 2)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,7 +14,7 @@ from .base import METHODS, Batch, Method, StepContext
 def gaussian_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy CE(F(x + delta), y) over one noisy copy per image.
 
-    papers/001 eq. 5 (Cohen et al. 2019's training objective).  logits: [B x K] of the noisy
+    Jeong et al. 2022 eq. 5 (Cohen et al. 2019's training objective).  logits: [B x K] of the noisy
     inputs; y: [B] labels.
     """
     return F.cross_entropy(logits, y)

@@ -1,9 +1,9 @@
 """SmoothAdv: adversarial training of the soft-smoothed classifier (Salman et al. 2019).
 
-papers/004 App. E.1 eq. 3-4; SPEC.md 2.  References: Hadisalman/smoothing-adversarial
+Jeong & Shin 2020 (Consistency, arXiv 2006.04062) App. E.1 eq. 3-4; SPEC.md 2.  References: Hadisalman/smoothing-adversarial
 ``code/train_pgd.py`` (``--adv-training --train-multi-noise``, the setting of its README) and
 ``code/attacks.py``; jh-jeong/smoothing-consistency ``code/train_salman.py`` and
-``code/train_consistency.py --adv-training`` (SmoothAdv + Consistency, papers/004 Table 1).
+``code/train_consistency.py --adv-training`` (SmoothAdv + Consistency, Jeong & Shin 2020 Table 1).
 """
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ ATTACKS = ("pgd", "ddn")
 
 def smoothadv_loss(logits: torch.Tensor, y: torch.Tensor, lbd: float = 0.0,
                    eta: float = 0.5) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
-    """SmoothAdv's outer objective on the adversarial inputs (papers/004 App. E.1).
+    """SmoothAdv's outer objective on the adversarial inputs (Jeong & Shin 2020 App. E.1).
 
     logits: [B x m x K], F(x' + delta_i) for the m noises delta_i that the attack used;
-    y: [B].  Loss = mean CE over the B*m copies (papers/004: (1/m) sum_i L(F; x' + delta_i, y))
+    y: [B].  Loss = mean CE over the B*m copies (Jeong & Shin 2020: (1/m) sum_i L(F; x' + delta_i, y))
     + ``consistency_regularizer(logits, lbd, eta)`` when lbd > 0 (SmoothAdv + Consistency,
-    papers/004 eq. 12 and Table 1: lbd * mean_i KL(F_hat || F(x' + delta_i)) + eta * H(F_hat),
+    Jeong & Shin 2020 eq. 12 and Table 1: lbd * mean_i KL(F_hat || F(x' + delta_i)) + eta * H(F_hat),
     F_hat not detached).  Returns (loss, {"loss_ce"[, "loss_con"]}).
     """
     b, m, k = logits.shape
@@ -45,7 +45,7 @@ def smoothadv_loss(logits: torch.Tensor, y: torch.Tensor, lbd: float = 0.0,
 @METHODS.register("smoothadv")
 @dataclass
 class SmoothAdv(Method):
-    """SmoothAdv (Salman et al. 2019; papers/004 App. E.1), optionally + Consistency.
+    """SmoothAdv (Salman et al. 2019; Jeong & Shin 2020 App. E.1), optionally + Consistency.
 
     Chunked (SPEC.md 2): the engine splits each loader batch of B images into ``num_noise`` (m)
     chunks of B/m, one optimiser step each, as the reference's ``get_minibatches`` does.  Per
@@ -55,11 +55,11 @@ class SmoothAdv(Method):
     in train mode.  eps_t = eps * min(1, (epoch + 1) / warmup) (reference:
     ``min(eps, (epoch + 1) * eps / warmup)``).
 
-    Defaults are the fixed configuration of papers/001 App. B.2 and papers/000 App. C.5 for
-    MNIST / Fashion-MNIST (T = 10, eps = 1.0, m = 4, 10 warm-up epochs; papers/004 App. A.4
+    Defaults are the fixed configuration of Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 and Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 for
+    MNIST / Fashion-MNIST (T = 10, eps = 1.0, m = 4, 10 warm-up epochs; Jeong & Shin 2020 App. A.4
     likewise): the reference scripts' own defaults (eps 64/256, m 1, warm-up 1) are never what
-    a paper ran.  CIFAR-10: eps 1.0, m 4 (sigma 0.25); eps 2.0, m 2 (papers/001) or eps 1.0,
-    m 8 (papers/000) at sigma 0.5; eps 2.0, m 2 at sigma 1.0.
+    a paper ran.  CIFAR-10: eps 1.0, m 4 (sigma 0.25); eps 2.0, m 2 (Jeong et al. 2022) or eps 1.0,
+    m 8 (Jeong et al. 2023) at sigma 0.5; eps 2.0, m 2 at sigma 1.0.
 
     Differences from the reference code: (a) it is ``train_pgd.py --train-multi-noise`` (its
     README's command; without the flag the script updates on one of the m noises per image, one

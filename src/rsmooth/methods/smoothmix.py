@@ -1,11 +1,11 @@
-"""SmoothMix (Jeong et al. 2021; papers/003 Algorithm 1; SPEC.md 2).
+"""SmoothMix (Jeong et al. 2021; Jeong et al. 2021 (SmoothMix, arXiv 2111.09277) Algorithm 1; SPEC.md 2).
 
 Per chunk of B images and m noises delta_1..delta_m (the same noises for the adversary and
 the loss):
 
 1. adversary: T steps x~(t+1) = clamp(x~(t) + alpha * g / ||g||_2, 0, 1) from x~(0) = x, with g
    the gradient of -log F_hat_y(x~(t)), F_hat(z) = (1/m) sum_i softmax(f(z + delta_i)); no l2
-   ball unless ``eps`` > 0 (papers/003 Table 10 ablation); model in eval mode, parameters frozen;
+   ball unless ``eps`` > 0 (Jeong et al. 2021 Table 10 ablation); model in eval mode, parameters frozen;
 2. one-step adversary (``mix_step`` = k >= 1): the clean side x is replaced by x~(k), projected
    to an l2 ball of radius alpha * k (or ``mix_eps``) around x, warmed up;
 3. lambda ~ U[0, 1/2] per example; x_mix = (1 - lambda) x + lambda x~(T),
@@ -22,9 +22,9 @@ normalised gradient is g / ||g|| (the code adds 1e-8 to the norm; rsmooth's
 zero); the clean and the mixed noisy batches go through the model in two separate forward
 passes (BatchNorm statistics per pass); the mean runs over all B*m noisy copies, masked ones
 included. Published settings (EXPERIMENTS.MD of that repository; Nesterov
-momentum per papers/003 App. C): MNIST m = 4, alpha = 1.0, T = 3 / 4 / 8 at sigma = 0.25 / 0.5 / 1.0
+momentum per Jeong et al. 2021 App. C): MNIST m = 4, alpha = 1.0, T = 3 / 4 / 8 at sigma = 0.25 / 0.5 / 1.0
 (T = 2 with eta = 5 at sigma 0.25), eta in {1, 5}; CIFAR-10 m = 2, T = 4, alpha = 0.5 / 1.0 / 2.0,
-eta = 5; ImageNet (papers/003 App. G) m = 1, T = 1, alpha = 8.0, one-step adversary with
+eta = 5; ImageNet (Jeong et al. 2021 App. G) m = 1, T = 1, alpha = 8.0, one-step adversary with
 mix_eps = 1.0.
 
 Deviations from the code: with ``mix_step = T`` the clean side becomes x~(T) as in the paper (the
@@ -56,12 +56,12 @@ LOG_FLOOR = math.log(1e-20)
 
 def sample_lambda(batch_size: int, generator: torch.Generator, *, device=None,
                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Mixing weights lambda ~ U[0, 1/2], one per example: [B] (papers/003 Algorithm 1, line 1)."""
+    """Mixing weights lambda ~ U[0, 1/2], one per example: [B] (Jeong et al. 2021 Algorithm 1, line 1)."""
     return torch.rand(batch_size, generator=generator, device=device, dtype=dtype).mul_(0.5)
 
 
 def mix_inputs(x: torch.Tensor, x_adv: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
-    """x_mix = (1 - lambda) x + lambda x_adv (papers/003 Algorithm 1, line 11).
+    """x_mix = (1 - lambda) x + lambda x_adv (Jeong et al. 2021 Algorithm 1, line 11).
 
     x, x_adv: [B x ...]; lam: [B].  Returns [B x ...].
     """
@@ -70,7 +70,7 @@ def mix_inputs(x: torch.Tensor, x_adv: torch.Tensor, lam: torch.Tensor) -> torch
 
 
 def mixed_target(probs: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
-    """y_mix = (1 - lambda) F_hat(x) + lambda * uniform (papers/003 Algorithm 1, line 11).
+    """y_mix = (1 - lambda) F_hat(x) + lambda * uniform (Jeong et al. 2021 Algorithm 1, line 11).
 
     probs: F_hat(x), [B x K] (rows sum to 1); lam: [B].  Returns [B x K]; gradients flow into
     ``probs`` (the target is not detached in the reference code).
@@ -81,7 +81,7 @@ def mixed_target(probs: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
 
 def smoothmix_terms(logits_clean: torch.Tensor, logits_mix: torch.Tensor, y: torch.Tensor,
                     lam: torch.Tensor, variant: str = "code") -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The two SmoothMix loss terms and the mask (papers/003 Algorithm 1, lines 11-15).
+    """The two SmoothMix loss terms and the mask (Jeong et al. 2021 Algorithm 1, lines 11-15).
 
     Args:
         logits_clean: f(x + delta_i), [B x m x K] (image-major: row b holds image b's m copies).
@@ -115,7 +115,7 @@ def smoothmix_terms(logits_clean: torch.Tensor, logits_mix: torch.Tensor, y: tor
 
 def smoothmix_loss(logits_clean: torch.Tensor, logits_mix: torch.Tensor, y: torch.Tensor,
                    lam: torch.Tensor, eta: float, variant: str = "code") -> torch.Tensor:
-    """SmoothMix loss ce + eta * mix of :func:`smoothmix_terms` (papers/003 Algorithm 1, line 15).
+    """SmoothMix loss ce + eta * mix of :func:`smoothmix_terms` (Jeong et al. 2021 Algorithm 1, line 15).
 
     ``eta`` is the already warmed-up weight.  Shapes as in :func:`smoothmix_terms`.
     """
@@ -131,7 +131,7 @@ def _noisy(x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
 def smoothmix_adversary(model: nn.Module, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor, *,
                         alpha: float, num_steps: int, eps: Optional[float] = None, mix_step: int = 0,
                         mix_radius: Optional[float] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """SmoothMix's adversarial search on the soft smoothed classifier (papers/003 Algorithm 1, 2-9).
+    """SmoothMix's adversarial search on the soft smoothed classifier (Jeong et al. 2021 Algorithm 1, 2-9).
 
     T = ``num_steps`` steps x~(t+1) = x~(t) + alpha * g / ||g||_2 (per example) with g the
     gradient of -log max(F_hat_y(x~(t)), 1e-20) (the reference's clamp: an example whose F_hat_y
@@ -172,11 +172,11 @@ def smoothmix_adversary(model: nn.Module, x: torch.Tensor, y: torch.Tensor, nois
 @METHODS.register("smoothmix")
 @dataclass
 class SmoothMix(Method):
-    """SmoothMix: self-mixup with the smoothed classifier's adversary (papers/003 Algorithm 1).
+    """SmoothMix: self-mixup with the smoothed classifier's adversary (Jeong et al. 2021 Algorithm 1).
 
     Chunked: each loader batch is split into ``num_noise`` chunks, one optimiser step each
     (SPEC.md 2).  Defaults are the authors' script defaults (alpha 1.0, T 8, eta 1.0, warm-up 10)
-    with m = 4, i.e. their MNIST sigma = 1.0 setting (papers/003 Tables 8-11 base row).
+    with m = 4, i.e. their MNIST sigma = 1.0 setting (Jeong et al. 2021 Tables 8-11 base row).
     """
 
     num_noise: int = field(default=4, metadata={"help": "noises m per image, shared by the adversary and the loss; "

@@ -5,8 +5,8 @@ an abstention (``predict = -1``, ``radius = 0``, ``correct = 0``) counts as wron
 
 - approximate certified accuracy at r (Cohen et al. 2019, ``analyze.py``; SPEC.md 1):
   ``mean(correct and radius >= r)``;
-- ACR (Zhai et al. 2020, as defined in papers/001 Sec. 4 "Evaluation metrics" and
-  papers/004 Sec. 4.1): ``(1/|D_test|) sum CR(f, sigma, x) * 1[f_hat(x) = y]``,
+- ACR (Zhai et al. 2020, as defined in Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) Sec. 4 "Evaluation metrics" and
+  Jeong & Shin 2020 (Consistency, arXiv 2006.04062) Sec. 4.1): ``(1/|D_test|) sum CR(f, sigma, x) * 1[f_hat(x) = y]``,
   i.e. ``mean(radius * correct)``.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ def certified_accuracy(radius: ArrayLike, correct: ArrayLike, radii: ArrayLike) 
     """Approximate certified accuracy at each radius in ``radii``.
 
     ``acc(r) = mean(correct & (radius >= r))`` over all N certified examples
-    (abstentions count as wrong; Cohen et al. 2019; papers/001 Sec. 4).
+    (abstentions count as wrong; Cohen et al. 2019; Jeong et al. 2022 Sec. 4).
 
     Args:
         radius: [N] certified l2 radii (0 for abstentions).
@@ -67,7 +67,7 @@ def certified_accuracy(radius: ArrayLike, correct: ArrayLike, radii: ArrayLike) 
 def acr(radius: ArrayLike, correct: ArrayLike) -> float:
     """Average certified radius ``mean(radius * correct)`` over all N examples.
 
-    Zhai et al. 2020, as defined in papers/001 Sec. 4 and papers/004 Sec. 4.1;
+    Zhai et al. 2020, as defined in Jeong et al. 2022 Sec. 4 and Jeong & Shin 2020 Sec. 4.1;
     wrong predictions and abstentions contribute 0.
 
     Args:

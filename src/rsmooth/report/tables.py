@@ -1,4 +1,4 @@
-"""Tables in the papers' layout (papers/001 Tables 1-2, papers/004 Table 1).
+"""Tables in the papers' layout (Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) Tables 1-2, Jeong & Shin 2020 (Consistency, arXiv 2006.04062) Table 1).
 
 One row per result file; columns ``model | [sigma] | examples | ACR | 0.00 | 0.25 | ...``
 (``examples``: test examples certified, not Monte Carlo samples): in markdown and LaTeX, ACR

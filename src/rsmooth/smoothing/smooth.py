@@ -1,6 +1,6 @@
 """The smoothed classifier g(x) = argmax_c P(f(x + delta) = c), delta ~ N(0, sigma^2 I).
 
-Cohen, Rosenfeld & Kolter (2019); papers/004 Sec. 2.2 and 4.1; SPEC.md section 1.  The API
+Cohen, Rosenfeld & Kolter (2019); Jeong & Shin 2020 (Consistency, arXiv 2006.04062) Sec. 2.2 and 4.1; SPEC.md section 1.  The API
 is Cohen's ``core.Smooth`` (same constructor, ``predict``, ``certify``, ``ABSTAIN = -1``) so
 existing scripts keep working, with votes counted on the model's device and a batched
 ``count_votes`` for many inputs at once.
@@ -367,7 +367,7 @@ class Smooth:
         batch_size: int,
         generator: Optional[torch.Generator] = None,
     ) -> Tuple[int, float]:
-        """CERTIFY (Cohen et al. 2019; papers/004 Sec. 2.2): (class, l2 radius) or (ABSTAIN, 0.0).
+        """CERTIFY (Cohen et al. 2019; Jeong & Shin 2020 Sec. 2.2): (class, l2 radius) or (ABSTAIN, 0.0).
 
         Selects c_A from n0 samples, estimates p_A from n *fresh* samples with the one-sided
         Clopper-Pearson lower bound at level 1 - alpha, abstains if it is below 0.5, else

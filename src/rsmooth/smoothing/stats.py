@@ -1,7 +1,7 @@
 """The statistics of Cohen et al.'s PREDICT and CERTIFY, as pure functions.
 
 Cohen, Rosenfeld & Kolter (2019), "Certified adversarial robustness via randomized
-smoothing"; restated in papers/004 Sec. 2.2 (eq. 3-4) and SPEC.md section 1.
+smoothing"; restated in Jeong & Shin 2020 (Consistency, arXiv 2006.04062) Sec. 2.2 (eq. 3-4) and SPEC.md section 1.
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def clopper_pearson_lower(n_a: int, n: int, alpha: float) -> float:
 
 
 def certified_radius(p_lower: float, sigma: float) -> float:
-    """l2 radius ``sigma * Phi^-1(p_lower)`` (papers/004 eq. 4, with p_B = 1 - p_A).
+    """l2 radius ``sigma * Phi^-1(p_lower)`` (Jeong & Shin 2020 eq. 4, with p_B = 1 - p_A).
 
     Meaningful for ``p_lower > 0.5``; the radius is in the units of the noise (pixels in
     [0, 1]).  ``p_lower = 1`` cannot occur for a Clopper-Pearson bound with alpha > 0.
