@@ -228,7 +228,7 @@ def test_show_preset(capsys):
     assert code == 0
     for text in ("dataset  cifar10", "method   macer", "sigma    1", "--macer-gamma 8.0  *",
                  "--deferred", "--arch cifar_resnet110", "--epochs 150", "--batch-size 64", "--lr 0.1",
-                 "--lr-step 50", "source   papers/", "note     several rows"):
+                 "--lr-step 50", "source   Jeong et al. 2022", "note     several rows"):
         assert text in out, text
     code, out, _ = run(capsys, "show-preset", "fashion-mnist/catrs/0.50")
     assert "\n  --low bottom-k\n" in out and re.search(r"\n  --num-noise 4 +\*\n", out)  # defaults too

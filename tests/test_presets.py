@@ -125,10 +125,12 @@ def test_schedules():
 
 
 def test_sources_match_the_tables():
-    assert get_preset("mnist/gaussian/0.25").source == "papers/000 Table 3"
-    assert get_preset("fashion-mnist/smoothmix/0.50").source == "papers/000 Table 4"
-    assert get_preset("cifar10/smoothmix/0.50").source == "papers/001 Table 2"
-    assert get_preset("cifar100/macer/0.25").source == "papers/000 Table 5"
+    catrs, first = "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000)", "Jeong et al. 2022 (CAT-RS first version"
+    assert get_preset("mnist/gaussian/0.25").source == f"{catrs} Table 3"  # papers/000
+    assert get_preset("fashion-mnist/smoothmix/0.50").source == f"{catrs} Table 4"
+    assert get_preset("cifar10/smoothmix/0.50").source.startswith(first)  # papers/001 Table 2
+    assert get_preset("cifar10/smoothmix/0.50").source.endswith("Table 2")
+    assert get_preset("cifar100/macer/0.25").source == f"{catrs} Table 5"
     assert "App. C.5" in get_preset("cifar100/macer/1.00").source  # no sigma 1.0 column in Table 5
 
 
