@@ -241,3 +241,16 @@ def test_demo_has_a_working_overwrite_flag():
 
     args = build_parser().parse_args(["demo", "--out", "d", "--epochs", "2", "--overwrite"])
     assert args.overwrite and args.epochs == 2
+
+
+def test_warnings_print_as_one_line_and_debug_is_documented(tmp_path, capsys):
+    """A warning during a command is one line 'rsmooth: warning: ...', not file:line + source."""
+    tsv = tmp_path / "pred.tsv"
+    tsv.write_text("idx\tlabel\tpredict\tradius\tcorrect\ttime\n0\t1\t1\t0.0\t1\t0.1\n")
+    code, out, err = run(capsys, "analyze", tsv)
+    assert code == 0 and "| pred |" in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rsmooth: warning: ") and "predict run" in lines[0]
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "--debug" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""rsmooth's command line: parse -> config -> API call (STYLE.md habit 3).
+"""rsmooth's command line: parse -> config -> API call; every command is a thin call of the API.
 
 Units: sigma and radii are l2 distances in [0, 1] pixel units (images scaled to [0, 1] before
 normalisation), as in every randomized-smoothing paper.
@@ -189,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
         "classifiers, certify smoothed classifiers (Cohen et al. 2019), report ACR and certified "
         "accuracy. " + UNITS)
     parser.add_argument("--version", action="version", version=f"rsmooth {__version__}")
+    parser.add_argument("--debug", action="store_true", help="on an error, show the Python traceback "
+                        "instead of one line (also RSMOOTH_DEBUG=1); may be given anywhere")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     # train ------------------------------------------------------------------------------
@@ -308,8 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--radii", type=float, nargs="+", help="radii for the columns (default: 0 to the largest radius, step 0.25)")
     a.add_argument("--format", default="markdown", choices=["markdown", "latex", "csv"], help="table format")
     a.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    a.add_argument("--plot", help="write a PNG of certified accuracy against radius")
-    a.add_argument("--labels", nargs="+", help="one label per file (default: file names)")
+    a.add_argument("--plot", help="write a plot of certified accuracy against radius; the extension "
+                   "picks the format: .png, .pdf or .svg (png without one)")
+    a.add_argument("--labels", nargs="+", help="one label per file (default: the file names, or the run "
+                   "folders when the names repeat, as runs/*/certify.tsv)")
     a.set_defaults(func=cmd_analyze)
 
     d = sub.add_parser("demo", help="train -> certify -> analyze on the built-in digits data",
@@ -505,6 +509,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     import os
     import signal
     import threading
+    import warnings
 
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("RSMOOTH_DEBUG", "") not in ("", "0")
@@ -519,8 +524,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     handle_signals = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, on_sigterm) if handle_signals else None
     try:
-        args = build_parser().parse_args(argv)
-        args.func(args)
+        with warnings.catch_warnings():  # restores the default display afterwards
+            warnings.showwarning = _show_warning
+            args = build_parser().parse_args(argv)
+            args.func(args)
     except KeyboardInterrupt:
         print(f"rsmooth: {'terminated' if terminated else 'interrupted'}; rerun the same command "
               f"(train: add --resume) to continue", file=sys.stderr)
@@ -535,6 +542,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         if handle_signals:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
     return 0
+
+
+def _show_warning(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+                  line: Optional[str] = None) -> None:
+    """Warnings as one line ``rsmooth: warning: ...`` (not Python's file:line and source line)."""
+    print(f"rsmooth: warning: {message}", file=sys.stderr if file is None else file)
 
 
 def _explain(e: Exception) -> typing.Tuple[int, str]:

@@ -11,7 +11,6 @@ import http.client
 import os
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Optional, Sequence, Union
 
 from ..errors import RsmoothError, check
 from ..fileio import umask
+from ..progress import progress_bar
 
 __all__ = ["download_file", "md5_file", "TIMEOUT_S"]
 
@@ -101,7 +101,6 @@ def _fetch(url: str, dest: Path, md5: str, size_hint: Optional[int]) -> None:
         announced = response.length  # Content-Length (http.client counts it down while reading)
         total = announced if announced is not None else size_hint
         print(f"rsmooth: downloading {url} -> {dest} ({_size(total)})", file=sys.stderr)
-        show_progress = sys.stderr.isatty()
         try:
             fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
         except OSError as e:
@@ -109,8 +108,9 @@ def _fetch(url: str, dest: Path, md5: str, size_hint: Optional[int]) -> None:
         tmp = Path(tmp_name)
         try:
             digest = hashlib.md5(usedforsecurity=False)
-            done, last_draw = 0, 0.0
-            with os.fdopen(fd, "wb") as out:
+            done = 0
+            bar = progress_bar(total=total, desc=dest.name, unit="B", unit_scale=True, unit_divisor=1024)
+            with bar, os.fdopen(fd, "wb") as out:
                 while True:
                     try:
                         block = response.read(_CHUNK)
@@ -124,13 +124,7 @@ def _fetch(url: str, dest: Path, md5: str, size_hint: Optional[int]) -> None:
                         raise RsmoothError(f"cannot write {tmp}: {e}") from None
                     digest.update(block)
                     done += len(block)
-                    now = time.monotonic()
-                    if show_progress and now - last_draw > 0.2:
-                        last_draw = now
-                        pct = f" {100 * done / total:5.1f}%" if total else ""
-                        print(f"\r  {_size(done)} / {_size(total)}{pct}", end="", file=sys.stderr, flush=True)
-            if show_progress:
-                print(f"\r  {_size(done)} / {_size(total)} done", file=sys.stderr)
+                    bar.update(len(block))
             if announced is not None and done < announced:
                 raise _NetworkError(f"connection closed after {done} of {announced} bytes")
             got = digest.hexdigest()
