@@ -1,4 +1,7 @@
-"""``rsmooth pipeline catrs``: the whole CAT-RS recipe from nothing (Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5).
+"""``rsmooth pipeline catrs``: the whole CAT-RS recipe from nothing.
+
+Jeong, Kim, Shin 2023, Confidence-Aware Training of Smoothed Classifiers for Certified
+Robustness (CAT-RS, arXiv 2212.09000), App. C.5:
 
 1. train the sigma0 = 0.25 Gaussian model, 2. compute its consistency targets, 3. train CAT-RS
 at sigma, 4. certify, 5. analyze (optionally beside a Gaussian baseline at sigma trained and
