@@ -79,10 +79,10 @@ def test_the_checks_catch_bare_citations():
     """The checks above reject the forms they are meant to reject, and accept the long forms."""
     assert _missing_ids("schedule as Jeong et al. 2021 App. C states") == [
         "no arXiv or OpenReview id", "missing 2111.09277"]
-    assert _missing_ids("Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Table 3; see Jeong et al. 2021 App. G") == [
-        "missing 2111.09277"]
-    assert _missing_ids("the released model of Salman et al. 2019 (Jeong & Shin 2020, arXiv 2006.04062)") == [
-        "missing 1906.04584"]
+    catrs = "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Table 3"
+    assert _missing_ids(f"{catrs}; see Jeong et al. 2021 App. G") == ["missing 2111.09277"]
+    salman = "the released model of Salman et al. 2019 (Jeong & Shin 2020, arXiv 2006.04062)"
+    assert _missing_ids(salman) == ["missing 1906.04584"]
     assert _missing_ids("Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) Table 2") == []
     assert _missing_ids("the authors' code (alinlab/smoothing-catrs ``train_catrs.py``)") == []
     assert any(s in "see shared/SPEC.md section 3" for s in INTERNAL)

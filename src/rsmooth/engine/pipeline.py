@@ -26,7 +26,7 @@ from .checkpoint import resolve_device
 from .seeding import validate_seed
 from .train import TrainConfig, train
 
-#: the noise level of the model whose smoothed predictions are the targets (Jeong et al. 2023 C.5)
+#: the noise level of the model whose smoothed predictions are the targets (Jeong et al. 2023 App. C.5)
 SIGMA0 = 0.25
 #: run_certification arguments the pipeline sets itself
 _CERTIFY_SET = ("mode", "dataset", "split", "sigma", "n0", "n", "alpha", "skip", "max", "seed", "log",
