@@ -21,7 +21,7 @@ Usage::
 
     python bench/train_step.py                   # 7 repeats x 2 steps per method
     python bench/train_step.py --quick           # 3 repeats x 1 step
-    python bench/train_step.py --preset-dataset cifar10 --sigma 0.5   # Jeong & Shin 2020 (Consistency, arXiv 2006.04062) Table 3's settings
+    python bench/train_step.py --preset-dataset cifar10 --sigma 0.5   # the cifar10/*/0.50 presets
     python bench/train_step.py --device cuda
 """
 from __future__ import annotations

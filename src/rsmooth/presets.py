@@ -2,10 +2,11 @@
 
 ``rsmooth train --preset fashion-mnist/smoothmix/0.50`` starts from a preset; flags given on
 the command line override it.  Each preset names the paper table it reproduces (``source``);
-where Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 and Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 disagree, a preset follows the paper whose
-table it reproduces and says so in its ``note``.  The presets themselves (one row per dataset x
-method x sigma, with their training schedules) are in :mod:`rsmooth.presets_table`, registered
-when this module is imported.
+where Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 and Jeong et al.
+2023 (CAT-RS, arXiv 2212.09000) App. C.5 disagree, a preset follows the paper whose table it
+reproduces and says so in its ``note``.  The presets themselves (one row per dataset x method x
+sigma, with their training schedules) are in :mod:`rsmooth.presets_table`, registered when this
+module is imported.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ class Preset:
     sigma: float
     hparams: Dict[str, Any] = field(default_factory=dict)  # besides sigma
     config: Dict[str, Any] = field(default_factory=dict)  # TrainConfig fields (epochs, lr, ...)
-    source: str = ""  # the paper table it reproduces, e.g. "Jeong et al. 2023 Table 4"
+    source: str = ""  # the table it reproduces, e.g. "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Table 4"
     note: Optional[str] = None
 
     @property

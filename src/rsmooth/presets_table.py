@@ -1,27 +1,29 @@
-"""The paper presets: the settings behind each baseline row of the papers' tables (SPEC.md 2).
+"""The paper presets: the settings behind each baseline row of the papers' tables.
 
 One row per ``dataset x method x sigma`` in :data:`ROWS`; importing :mod:`rsmooth.presets`
 registers them all.  Hyperparameters are the method fields (``num_noise`` = m, ``lbd`` =
 lambda, ``num_steps`` = T, ``alpha_step`` = SmoothMix's alpha, ``mix_step`` = 1 for SmoothMix's
-"one-step adversary"; eps and step sizes in l2 [0,1]-pixel units) and come from Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o)
-App. B.2 (MNIST, CIFAR-10) and Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 (MNIST, Fashion-MNIST, CIFAR-10/100), which
-agree except where a row's note says otherwise.  ``source`` names the table a preset
-reproduces, as in ``shared/reference/paper_results.tsv`` ("Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Table 3" is its
-``000:Table3``).  CAT-RS presets (:data:`CATRS_ROWS`) use CAT-RS's own schedule on LeNet.
+"one-step adversary"; eps and step sizes in l2 [0,1]-pixel units) and come from Jeong et al.
+2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 (MNIST, CIFAR-10) and Jeong et al.
+2023 (CAT-RS, arXiv 2212.09000) App. C.5 (MNIST, Fashion-MNIST, CIFAR-10/100), which agree
+except where a row's note says otherwise.  ``source`` names the table a preset reproduces, with
+the paper's arXiv or OpenReview id, since ``rsmooth show-preset`` shows it on its own.  CAT-RS
+presets (:data:`CATRS_ROWS`) use CAT-RS's own schedule on LeNet.
 
 Training schedules (:data:`SCHEDULES`): SGD, momentum 0.9, weight decay 1e-4, batch 256 (MACER
-64), no Nesterov (SPEC.md 2).  CIFAR-10/100: ResNet-110, lr 0.1, 150 epochs, x0.1 every 50 (the
-CAT-RS authors' scripts); ImageNet: ResNet-50, lr 0.1, 90 epochs, x0.1 every 30.  LeNet
+64), no Nesterov (the CAT-RS authors' scripts).  CIFAR-10/100: ResNet-110, lr 0.1, 150 epochs,
+x0.1 every 50 (the same scripts); ImageNet: ResNet-50, lr 0.1, 90 epochs, x0.1 every 30.  LeNet
 (MNIST, Fashion-MNIST): lr 0.01, **90 epochs, x0.1 every 30** -- the schedule of the models in
-the tables, not the 150 / 50 that Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) Sec. 4 states (that is CAT-RS's own): the MNIST
-baseline rows of Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Table 3 (= Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) Table 1) match the 5-seed means of Jeong et al. 2021 (SmoothMix, arXiv 2111.09277)
-App. E Tables 4-5, whose models were trained for 90 epochs with drops at 30 and 60 (Jeong et al. 2021 (SmoothMix, arXiv 2111.09277)
-App. C; every MNIST command of jh-jeong/smoothmix EXPERIMENTS.MD has ``--lr_step_size 30
---epochs 90``), and the Fashion-MNIST baseline training logs that the CAT-RS authors released
-(alinlab/smoothing-catrs ``data/fmnist/*/log.txt``) run 90 epochs with drops after epochs 30
-and 60.  Jeong et al. 2021 (SmoothMix, arXiv 2111.09277) App. C and Jeong & Shin 2020 (Consistency, arXiv 2006.04062) App. A.1 say Nesterov momentum; the authors' code
-(``train_utils.prologue``) uses plain momentum, so the presets do (``--nesterov`` gives the
-text's).  Pass ``--epochs 150 --lr-step 50`` for the CAT-RS schedule.
+the tables, not the 150 / 50 that Jeong et al. 2022 Sec. 4 states (that is CAT-RS's own): the
+MNIST baseline rows of Jeong et al. 2023 Table 3 (= Jeong et al. 2022 Table 1) match the 5-seed
+means of Jeong et al. 2021 (SmoothMix, arXiv 2111.09277) App. E Tables 4-5, whose models were
+trained for 90 epochs with drops at 30 and 60 (Jeong et al. 2021 App. C; every MNIST command of
+jh-jeong/smoothmix EXPERIMENTS.MD has ``--lr_step_size 30 --epochs 90``), and the Fashion-MNIST
+baseline training logs that the CAT-RS authors released (alinlab/smoothing-catrs
+``data/fmnist/*/log.txt``) run 90 epochs with drops after epochs 30 and 60.  Jeong et al. 2021
+App. C and Jeong & Shin 2020 (Consistency, arXiv 2006.04062) App. A.1 say Nesterov momentum; the
+authors' code (``train_utils.prologue``) uses plain momentum, so the presets do (``--nesterov``
+gives the text's).  Pass ``--epochs 150 --lr-step 50`` for the CAT-RS schedule.
 """
 from __future__ import annotations
 
@@ -37,34 +39,38 @@ SCHEDULES: Dict[str, Dict[str, Any]] = {
     "cifar100": dict(arch="cifar_resnet110", lr=0.1, epochs=150, lr_step=50),
     "imagenet": dict(arch="resnet50", lr=0.1, epochs=90, lr_step=30),
 }
-#: every preset: SGD settings of all the authors' scripts (SPEC.md 2)
+#: the papers whose tables the presets reproduce, as ``source`` names them
+_CATRS = "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000)"
+_CATRS_V1 = "Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o)"
+#: every preset: SGD settings of all the authors' scripts
 COMMON: Dict[str, Any] = dict(batch_size=256, momentum=0.9, weight_decay=1e-4, nesterov=False)
 #: MACER's scripts default to batch 64 (RuntianZ/macer; alinlab/smoothing-catrs train_macer.py)
 BATCH_SIZE: Dict[str, int] = {"macer": 64}
 
 #: the table each dataset's presets reproduce
 TABLES: Dict[str, str] = {
-    "mnist": "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Table 3",       # = Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) Table 1 (same baseline rows)
-    "fashion-mnist": "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Table 4",
-    "cifar10": "Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) Table 2",     # the published version's CIFAR-10 table is not in Jeong et al. 2023 (CAT-RS, arXiv 2212.09000)
-    "cifar100": "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Table 5",    # sigma 0.25 and 0.5 only (footnote 8)
-    "imagenet": "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Table 6",    # sigma 1.0; = Jeong et al. 2021 (SmoothMix, arXiv 2111.09277) App. G Table 7
+    "mnist": f"{_CATRS} Table 3",         # = Jeong et al. 2022 Table 1 (same baseline rows)
+    "fashion-mnist": f"{_CATRS} Table 4",
+    "cifar10": f"{_CATRS_V1} Table 2",    # the published version's CIFAR-10 table is not in Jeong et al. 2023
+    "cifar100": f"{_CATRS} Table 5",      # sigma 0.25 and 0.5 only (footnote 8)
+    "imagenet": f"{_CATRS} Table 6",      # sigma 1.0; = Jeong et al. 2021 App. G Table 7
 }
 
-# Settings shared by rows below (Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 / Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 unless noted):
+# Settings shared by rows below (Jeong et al. 2022 App. B.2 / Jeong et al. 2023 App. C.5 unless
+# noted):
 _SADV_LENET = dict(num_noise=4, num_steps=10, warmup=10, attack="pgd")  # "we fix T = 10 ... eps = 1.0 and m = 4"
 _SADV = dict(num_steps=10, warmup=10, attack="pgd")                     # eps, m per sigma
 _MACER = dict(num_noise=16, gamma=8.0, beta=16.0)                       # "k = 16, gamma = 8.0, beta = 16.0"
 _SMIX_LENET = dict(eta=5.0, alpha_step=1.0, num_noise=4)                # "eta = 5.0, alpha = 1.0, m = 4"
 _SMIX_CIFAR = dict(eta=5.0, num_noise=2, num_steps=4)                   # "eta = 5.0, m = 2, T = 4"
-_CONS = dict(num_noise=2, eta=0.5)                                      # m = 2 (Jeong & Shin 2020 (Consistency, arXiv 2006.04062) Sec. 4.1), entropy weight 0.5
+_CONS = dict(num_noise=2, eta=0.5)                                      # m = 2 (Jeong & Shin 2020 Sec. 4.1)
 _EPS_255 = 255 / 256  # the reference scripts' --epsilon 255 in 1/256 units, which the papers call 1.0
 
 Row = Tuple[str, str, float, Dict[str, Any]]
 
 #: (dataset, method, sigma, hyperparameters besides sigma)
 ROWS: List[Row] = [
-    # -- MNIST (LeNet): Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 = Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 ------------------------------
+    # -- MNIST (LeNet): Jeong et al. 2022 App. B.2 = Jeong et al. 2023 App. C.5 --------------------
     ("mnist", "gaussian", 0.25, {}),
     ("mnist", "gaussian", 0.50, {}),
     ("mnist", "gaussian", 1.00, {}),
@@ -83,7 +89,7 @@ ROWS: List[Row] = [
     ("mnist", "smoothmix", 0.25, dict(_SMIX_LENET, num_steps=2)),      # "T = 2, 4, 8 ... sigma = 0.25, 0.5, 1.0"
     ("mnist", "smoothmix", 0.50, dict(_SMIX_LENET, num_steps=4)),
     ("mnist", "smoothmix", 1.00, dict(_SMIX_LENET, num_steps=8)),
-    # -- Fashion-MNIST (LeNet): Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5, "MNIST/Fashion-MNIST" settings --------------
+    # -- Fashion-MNIST (LeNet): Jeong et al. 2023 App. C.5, "MNIST/Fashion-MNIST" settings ---------
     ("fashion-mnist", "gaussian", 0.25, {}),
     ("fashion-mnist", "gaussian", 0.50, {}),
     ("fashion-mnist", "gaussian", 1.00, {}),
@@ -102,7 +108,7 @@ ROWS: List[Row] = [
     ("fashion-mnist", "smoothmix", 0.25, dict(_SMIX_LENET, num_steps=2)),
     ("fashion-mnist", "smoothmix", 0.50, dict(_SMIX_LENET, num_steps=4)),
     ("fashion-mnist", "smoothmix", 1.00, dict(_SMIX_LENET, num_steps=8)),
-    # -- CIFAR-10 (ResNet-110): Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 ----------------------------------------------
+    # -- CIFAR-10 (ResNet-110): Jeong et al. 2022 App. B.2 -----------------------------------------
     ("cifar10", "gaussian", 0.25, {}),
     ("cifar10", "gaussian", 0.50, {}),
     ("cifar10", "gaussian", 1.00, {}),
@@ -121,7 +127,7 @@ ROWS: List[Row] = [
     ("cifar10", "smoothmix", 0.25, dict(_SMIX_CIFAR, alpha_step=0.5, mix_step=0)),  # "alpha = 0.5, 1.0, 2.0";
     ("cifar10", "smoothmix", 0.50, dict(_SMIX_CIFAR, alpha_step=1.0, mix_step=1)),  # "one-step adversary is used
     ("cifar10", "smoothmix", 1.00, dict(_SMIX_CIFAR, alpha_step=2.0, mix_step=1)),  #  for sigma = 0.5, 1.0"
-    # -- CIFAR-100 (ResNet-110): Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5, "CIFAR-10/100" settings ---------------------
+    # -- CIFAR-100 (ResNet-110): Jeong et al. 2023 App. C.5, "CIFAR-10/100" settings ---------------
     ("cifar100", "gaussian", 0.25, {}),
     ("cifar100", "gaussian", 0.50, {}),
     ("cifar100", "gaussian", 1.00, {}),
@@ -140,36 +146,44 @@ ROWS: List[Row] = [
     ("cifar100", "smoothmix", 0.25, dict(_SMIX_CIFAR, alpha_step=0.5, mix_step=0)),
     ("cifar100", "smoothmix", 0.50, dict(_SMIX_CIFAR, alpha_step=1.0, mix_step=1)),
     ("cifar100", "smoothmix", 1.00, dict(_SMIX_CIFAR, alpha_step=2.0, mix_step=1)),
-    # -- ImageNet (ResNet-50), sigma 1.0: Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Table 6; settings from Jeong et al. 2021 (SmoothMix, arXiv 2111.09277)-004 --------
+    # -- ImageNet (ResNet-50), sigma 1.0: Jeong et al. 2023 Table 6 ---------------------------------
+    # settings from Jeong et al. 2021 and Jeong & Shin 2020
     ("imagenet", "gaussian", 1.00, {}),
-    ("imagenet", "consistency", 1.00, dict(num_noise=2, lbd=5.0, eta=0.1)),  # Jeong & Shin 2020 (Consistency, arXiv 2006.04062) Sec. 4.3, Table 2 caption
-    ("imagenet", "smoothadv", 1.00, dict(eps=2.0, num_noise=1, num_steps=1, warmup=10, attack="pgd")),  # Jeong & Shin 2020 (Consistency, arXiv 2006.04062) App. A.3 Table 1
+    # Jeong & Shin 2020 Sec. 4.3, Table 2 caption; App. A.3 Table 1
+    ("imagenet", "consistency", 1.00, dict(num_noise=2, lbd=5.0, eta=0.1)),
+    ("imagenet", "smoothadv", 1.00, dict(eps=2.0, num_noise=1, num_steps=1, warmup=10, attack="pgd")),
     ("imagenet", "smoothmix", 1.00, dict(eta=5.0, num_noise=1, num_steps=1, alpha_step=8.0,
-                                         mix_step=1, mix_eps=1.0)),  # Jeong et al. 2021 (SmoothMix, arXiv 2111.09277) App. G
+                                         mix_step=1, mix_eps=1.0)),  # Jeong et al. 2021 App. G
 ]
 
 #: source override for rows outside the dataset's table
 SOURCES: Dict[Tuple[str, float], str] = {
-    ("cifar100", 1.00): "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 (Table 5 omits sigma 1.0, footnote 8)",
+    ("cifar100", 1.00): f"{_CATRS} App. C.5 (Table 5 omits sigma 1.0, footnote 8)",
 }
 
 #: notes, most specific first: (dataset, method, sigma), (dataset, method), (dataset,), (method,)
 NOTES: Dict[tuple, str] = {
-    # where the papers disagree with each other or with the code that produced the numbers
+    # where the papers disagree with each other or with the code that produced the numbers;
+    # each note cites with arXiv / OpenReview ids, as ``rsmooth show-preset`` shows it on its own
     ("cifar10", "smoothadv", 0.50): (
-        "papers disagree: Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 (this table) uses eps 2.0, m 2 at sigma 0.5, as Salman "
-        "et al.'s best released model (Jeong & Shin 2020 (Consistency, arXiv 2006.04062) App. A.3 Table 1: 512/256, m 2); Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 "
-        "says eps 1.0, m 8 for CIFAR-10/100 sigma 0.5 (see cifar100/smoothadv/0.50)"),
+        "papers disagree: Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 "
+        "(this table) uses eps 2.0, m 2 at sigma 0.5, as the best released model of Salman et al. 2019 "
+        "(SmoothAdv, arXiv 1906.04584; Jeong & Shin 2020, Consistency, arXiv 2006.04062, App. A.3 "
+        "Table 1: 512/256, m 2); Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 says eps 1.0, "
+        "m 8 for CIFAR-10/100 sigma 0.5 (see cifar100/smoothadv/0.50)"),
     ("cifar100", "smoothadv", 0.50): (
-        "papers disagree: Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 uses eps 1.0, m 8 at sigma 0.5 (alinlab/smoothing-catrs "
-        "EXPERIMENTS.MD: --epsilon 256 --num-noise-vec 8); Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 uses eps 2.0, m 2 for "
+        "papers disagree: Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 uses eps 1.0, m 8 at "
+        "sigma 0.5 (alinlab/smoothing-catrs EXPERIMENTS.MD: --epsilon 256 --num-noise-vec 8); Jeong et "
+        "al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 uses eps 2.0, m 2 for "
         "CIFAR-10 sigma 0.5 (see cifar10/smoothadv/0.50)"),
     ("cifar10", "smoothadv", 0.25): (
-        "eps 255/256: Salman et al.'s released model (Jeong & Shin 2020 (Consistency, arXiv 2006.04062) App. A.3 Table 1, --epsilon 255 in "
-        "1/256 units); Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 rounds it to 1.0"),
+        "eps 255/256: the released model of Salman et al. 2019 (SmoothAdv, arXiv 1906.04584; Jeong & "
+        "Shin 2020, Consistency, arXiv 2006.04062, App. A.3 Table 1, --epsilon 255 in 1/256 units); "
+        "Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 rounds it to 1.0"),
     ("cifar100", "macer", 0.50): (
-        "lambda 4.0 as Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 and the certified checkpoint's path in alinlab/smoothing-catrs "
-        "EXPERIMENTS.MD (lbd_4.0); that file's training command says --lbd 6.0"),
+        "lambda 4.0 as Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 and the certified "
+        "checkpoint's path in alinlab/smoothing-catrs EXPERIMENTS.MD (lbd_4.0); that file's training "
+        "command says --lbd 6.0"),
     ("mnist", "smoothadv"): (
         "eps 255/256: jh-jeong/smoothmix EXPERIMENTS.MD trains these with --epsilon 255 (1/256 units); "
         "the papers round it to 1.0"),
@@ -180,31 +194,40 @@ NOTES: Dict[tuple, str] = {
         "deferred: the released training logs (alinlab/smoothing-catrs data/fmnist/*/macer/log.txt) "
         "switch lambda on at the first lr drop; the papers do not mention it"),
     ("fashion-mnist", "smoothadv"): (
-        "eps 1.0: Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5, as the CAT-RS authors' CIFAR-100 commands (--epsilon 256); their "
-        "Fashion-MNIST command is not published"),
+        "eps 1.0: Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5, as the CAT-RS authors' "
+        "CIFAR-100 commands (--epsilon 256); their Fashion-MNIST command is not published"),
     ("mnist",): (
-        "schedule 90 epochs, x0.1 every 30 (Jeong et al. 2021 (SmoothMix, arXiv 2111.09277) App. C, jh-jeong/smoothmix EXPERIMENTS.MD), which "
-        "produced these rows; Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) Sec. 4 states 150 / 50 (CAT-RS's own); Jeong et al. 2021 (SmoothMix, arXiv 2111.09277) says Nesterov, "
-        "the code plain momentum"),
+        "schedule 90 epochs, x0.1 every 30 (Jeong et al. 2021, SmoothMix, arXiv 2111.09277, App. C; "
+        "jh-jeong/smoothmix EXPERIMENTS.MD), which produced these rows; Jeong et al. 2022 (CAT-RS first "
+        "version, OpenReview qLqeb9AjD2o) Sec. 4 states 150 / 50 (CAT-RS's own); Jeong et al. 2021 says "
+        "Nesterov, the code plain momentum"),
     ("fashion-mnist",): (
         "schedule 90 epochs, x0.1 every 30 as the released baseline training logs (alinlab/smoothing-catrs "
-        "data/fmnist/*/log.txt); Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) does not state it (150 / 50 is CAT-RS's own)"),
+        "data/fmnist/*/log.txt); Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) does not state it (150 / 50 "
+        "is CAT-RS's own)"),
     ("cifar10",): (
-        "several rows of this table are the original authors' released models (Cohen; Salman's best "
-        "SmoothAdv, Jeong & Shin 2020 (Consistency, arXiv 2006.04062) App. A.3; MACER, Jeong et al. 2021 (SmoothMix, arXiv 2111.09277) App. C.2) trained with their own schedules; "
-        "the preset uses the CAT-RS scripts' 150 epochs / step 50"),
+        "several rows of this table are the original authors' released models (Cohen et al. 2019, arXiv "
+        "1902.02918; the best SmoothAdv model of Salman et al. 2019, arXiv 1906.04584, per Jeong & Shin "
+        "2020, Consistency, arXiv 2006.04062, App. A.3; MACER, Zhai et al. 2020, arXiv 2001.02378, per "
+        "Jeong et al. 2021, SmoothMix, arXiv 2111.09277, App. C.2) trained with their own schedules; the "
+        "preset uses the CAT-RS scripts' 150 epochs / step 50"),
     ("imagenet",): (
-        "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 gives no ImageNet baseline settings: the rows of Table 6 are Jeong et al. 2021 (SmoothMix, arXiv 2111.09277) "
-        "App. G Table 7 (sigma 1.0), settings from Jeong et al. 2021 (SmoothMix, arXiv 2111.09277) App. G and Jeong & Shin 2020 (Consistency, arXiv 2006.04062) (whose App. A.1 "
-        "trained ImageNet with batch 200)"),
+        "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 gives no ImageNet baseline settings: the "
+        "rows of Table 6 are Jeong et al. 2021 (SmoothMix, arXiv 2111.09277) App. G Table 7 (sigma 1.0), "
+        "settings from Jeong et al. 2021 App. G and Jeong & Shin 2020 (Consistency, arXiv 2006.04062; "
+        "its App. A.1 trained ImageNet with batch 200)"),
     ("imagenet", "smoothmix"): (
-        "Jeong et al. 2021 (SmoothMix, arXiv 2111.09277) App. G: m 1, T 1, alpha 8.0, one-step adversary projected to eps 1.0; eta not stated "
-        "for ImageNet (5.0, the common choice of Jeong et al. 2021 (SmoothMix, arXiv 2111.09277) App. F)"),
-    ("imagenet", "consistency"): "Jeong & Shin 2020 (Consistency, arXiv 2006.04062): lambda 5, eta 0.1 instead of 0.5 at sigma 1.0 (Table 2 caption)",
+        "Jeong et al. 2021 (SmoothMix, arXiv 2111.09277) App. G: m 1, T 1, alpha 8.0, one-step adversary "
+        "projected to eps 1.0; eta not stated for ImageNet (5.0, the common choice of Jeong et al. 2021 "
+        "App. F)"),
+    ("imagenet", "consistency"): (
+        "Jeong & Shin 2020 (Consistency, arXiv 2006.04062): lambda 5, eta 0.1 instead of 0.5 at sigma 1.0 "
+        "(Table 2 caption)"),
     ("consistency",): (
-        "Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 and Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 name the consistency weight eta, then set it as "
-        "lambda, and the entropy weight gamma: here lbd = consistency weight, eta = entropy weight 0.5 "
-        "(Jeong & Shin 2020 (Consistency, arXiv 2006.04062) eq. 12)"),
+        "Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 and Jeong et al. 2023 "
+        "(CAT-RS, arXiv 2212.09000) App. C.5 name the consistency weight eta, then set it as lambda, and "
+        "the entropy weight gamma: here lbd = consistency weight, eta = entropy weight 0.5 (Jeong & Shin "
+        "2020, Consistency, arXiv 2006.04062, eq. 12)"),
 }
 
 
@@ -223,25 +246,28 @@ def build(row: Row) -> Preset:
                   source=SOURCES.get((dataset, sigma), TABLES[dataset]), note=_note(dataset, method, sigma))
 
 
-# -- CAT-RS (Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5: published version; Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2: first version) --------
-#: CAT-RS's own LeNet schedule: 150 epochs, x0.1 every 50 (Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) Sec. 4; Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C)
+# -- CAT-RS (Jeong et al. 2023 App. C.5: published version; Jeong et al. 2022 App. B.2: first version)
+#: CAT-RS's own LeNet schedule: 150 epochs, x0.1 every 50 (Jeong et al. 2022 Sec. 4; Jeong et al.
+#: 2023 App. C)
 CATRS_LENET = dict(arch="lenet", lr=0.01, epochs=150, lr_step=50)
 _CAT = dict(num_noise=4, num_steps=4, eps=1.0)  # "we fix M = 4, T = 4, and eps = 1.0"
 
 CATRS_ROWS: List[Tuple[str, str, float, Dict[str, Any], str]] = [
     # (dataset, method, sigma, hyperparameters, table reproduced)
-    *[("mnist", "catrs", s, dict(_CAT, lbd=1.0), "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Table 3") for s in (0.25, 0.50, 1.00)],
-    *[("fashion-mnist", "catrs", s, dict(_CAT, lbd=1.0), "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Table 4") for s in (0.25, 0.50, 1.00)],
-    *[("cifar10", "catrs", s, dict(_CAT, lbd=lbd), "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 (its CIFAR-10 table is in the "
+    *[("mnist", "catrs", s, dict(_CAT, lbd=1.0), f"{_CATRS} Table 3") for s in (0.25, 0.50, 1.00)],
+    *[("fashion-mnist", "catrs", s, dict(_CAT, lbd=1.0), f"{_CATRS} Table 4") for s in (0.25, 0.50, 1.00)],
+    *[("cifar10", "catrs", s, dict(_CAT, lbd=lbd), f"{_CATRS} App. C.5 (its CIFAR-10 table is in the "
        "main text)") for s, lbd in ((0.25, 0.5), (0.50, 1.0), (1.00, 2.0))],
-    *[("cifar100", "catrs", s, dict(_CAT, lbd=lbd), "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Table 5" if s < 1 else
-       "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 (Table 5 omits sigma 1.0)") for s, lbd in ((0.25, 0.5), (0.50, 1.0), (1.00, 2.0))],
+    *[("cifar100", "catrs", s, dict(_CAT, lbd=lbd), f"{_CATRS} Table 5" if s < 1 else
+       f"{_CATRS} App. C.5 (Table 5 omits sigma 1.0)")
+      for s, lbd in ((0.25, 0.5), (0.50, 1.0), (1.00, 2.0))],
     # ImageNet: lambda 2.0, M 2, T 1, K ~ Bin(M, y_hat_y), eps 2.0 for the last 10 of 90 epochs
     ("imagenet", "catrs", 1.00, dict(num_noise=2, num_steps=1, eps=1.0, lbd=2.0, confidence_mask=True,
-                                     eps_double_epoch=80), "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Table 6"),
+                                     eps_double_epoch=80), f"{_CATRS} Table 6"),
     # first version: p0 1/5 and lambda 1.0 (MNIST); lambda 0.5 / 2.0 / 2.0, p0 1/20 / 1/10 / 1/10 (CIFAR-10)
-    *[("mnist", "catrs-v1", s, dict(_CAT, lbd=1.0, p0=1 / 5), "Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) Table 1") for s in (0.25, 0.50, 1.00)],
-    *[("cifar10", "catrs-v1", s, dict(_CAT, lbd=lbd, p0=p0), "Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) Table 2")
+    *[("mnist", "catrs-v1", s, dict(_CAT, lbd=1.0, p0=1 / 5), f"{_CATRS_V1} Table 1")
+      for s in (0.25, 0.50, 1.00)],
+    *[("cifar10", "catrs-v1", s, dict(_CAT, lbd=lbd, p0=p0), f"{_CATRS_V1} Table 2")
       for s, lbd, p0 in ((0.25, 0.5, 1 / 20), (0.50, 2.0, 1 / 10), (1.00, 2.0, 1 / 10))],
 ]
 #: milestones that, under the default "catrs" lr timing (a milestone m lowers the lr from 0-based

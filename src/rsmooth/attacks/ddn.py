@@ -1,11 +1,11 @@
-"""DDN (Rony et al. 2019) on the soft-smoothed classifier, as SmoothAdv's code uses it.
+"""DDN (Rony et al. 2019, arXiv 1811.09600) on the soft-smoothed classifier, as SmoothAdv uses it.
 
 Decoupled Direction and Norm: normalised-gradient steps on -log F_hat_y(x') with a step size on
 a cosine schedule, each followed by a projection onto the sphere of a per-example radius that
 shrinks by (1 - gamma) while x' is adversarial and grows by (1 + gamma) while it is not
-(SPEC.md 2, SmoothAdv).  Reference: Hadisalman/smoothing-adversarial ``code/attacks.py``
-``DDN._attack_mutlinoise`` (itself from jeromerony/fast_adversarial); every fact below comes
-from it unless marked as a deviation.
+(Salman et al. 2019, arXiv 1906.04584).  Reference: Hadisalman/smoothing-adversarial
+``code/attacks.py`` ``DDN._attack_mutlinoise`` (itself from jeromerony/fast_adversarial); every
+fact below comes from it unless marked as a deviation.
 """
 from __future__ import annotations
 

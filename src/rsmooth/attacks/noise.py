@@ -1,10 +1,11 @@
-"""PGD on the Gaussian noise: CAT-RS's worst-case noise search (Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.4; SPEC.md 2).
+"""PGD on the Gaussian noise: CAT-RS's worst-case noise search (Jeong et al. 2023, arXiv 2212.09000).
 
 CAT-RS keeps the clean image x fixed and moves each noise sample delta_i to a worst-case
-delta_i* with ||delta_i* - delta_i||_2 <= eps (Jeong et al. 2023 Algorithm 1 line 6; Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o)
-eq. 8), then re-normalises delta_i* so it keeps the first two moments of delta_i: "normalizing
-the mean and standard deviation of delta* to follow those of delta" (Jeong et al. 2023 App. C.4,
-Jeong et al. 2022 Sec. 3.2).  Facts from the authors' attack (alinlab/smoothing-catrs
+delta_i* with ||delta_i* - delta_i||_2 <= eps (Jeong et al. 2023 Algorithm 1 line 6, App. C.4;
+Jeong et al. 2022, CAT-RS first version, OpenReview qLqeb9AjD2o, eq. 8), then re-normalises
+delta_i* so it keeps the first two moments of delta_i: "normalizing the mean and standard
+deviation of delta* to follow those of delta" (Jeong et al. 2023 App. C.4, Jeong et al. 2022
+Sec. 3.2).  Facts from the authors' attack (alinlab/smoothing-catrs
 ``code/train_catrs.py``, class ``KL_PGD``): no random start; T steps of size 2 * eps / T along
 the per-example l2-normalised gradient; projection of delta* - delta onto the eps-ball; the
 re-normalisation is applied to the noise itself after *every* step, with the RMS

@@ -1,9 +1,10 @@
 """l2 PGD on the input of the soft-smoothed classifier, and the primitives it is made of.
 
-SmoothAdv (Salman et al. 2019; Jeong & Shin 2020 (Consistency, arXiv 2006.04062) App. E.1 eq. 3-4; SPEC.md 2) attacks the
-*soft-smoothed* classifier F_hat(x) = E_delta[F(x + delta)], approximated with m fixed noises
-delta_1..delta_m, by normalised-gradient ascent on -log F_hat_y(x').  SmoothMix (Jeong et al. 2021 (SmoothMix, arXiv 2111.09277)
-Algorithm 1) runs the same ascent without an l2 ball.  Reference: Hadisalman/smoothing-adversarial
+SmoothAdv (Salman et al. 2019, arXiv 1906.04584; Jeong & Shin 2020, Consistency, arXiv
+2006.04062, App. E.1 eq. 3-4) attacks the *soft-smoothed* classifier F_hat(x) =
+E_delta[F(x + delta)], approximated with m fixed noises delta_1..delta_m, by normalised-gradient
+ascent on -log F_hat_y(x').  SmoothMix (Jeong et al. 2021, arXiv 2111.09277, Algorithm 1) runs
+the same ascent without an l2 ball.  Reference: Hadisalman/smoothing-adversarial
 ``code/attacks.py`` ``PGD_L2._attack_mutlinoise``; facts taken from it are named below.
 
 All tensors are in [0,1] pixel space; eps and step sizes are l2 norms in [0,1] pixel units

@@ -3,7 +3,7 @@
 ``get_dataset(name, split)`` returns a :class:`Dataset` of [0, 1] images; names are in
 ``DATASETS`` (digits, mnist, fashion-mnist, cifar10, cifar100, imagenet) and
 ``dataset_info(name)`` tells a model its shape, classes and normalisation without any
-data.  See docs/ARCHITECTURE.md ("data") and shared/SPEC.md section 3.
+data.  See docs/ARCHITECTURE.md ("data").
 
 Example::
 

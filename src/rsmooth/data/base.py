@@ -1,9 +1,9 @@
 """The dataset interface, the ``DATASETS`` registry, data roots and fingerprints.
 
-See docs/ARCHITECTURE.md ("data") for the contract and shared/SPEC.md section 3 for
-what each dataset contains.  Every dataset yields pixels in [0, 1]; normalisation is
-the first layer of the model (SPEC.md 1), so :class:`DatasetInfo` only *reports* the
-mean/std the model must use.
+See docs/ARCHITECTURE.md ("data") for the contract; each dataset's module says what it
+contains.  Every dataset yields pixels in [0, 1]; normalisation is the first layer of the
+model (randomized smoothing adds its noise in pixel space, as in Cohen et al. 2019, arXiv
+1902.02918), so :class:`DatasetInfo` only *reports* the mean/std the model must use.
 """
 from __future__ import annotations
 
@@ -59,7 +59,8 @@ class DatasetInfo:
     """What a model needs to know about a dataset, without touching any data.
 
     ``input_shape`` is (C, H, W) of the tensors the dataset yields; ``mean``/``std``
-    are the per-channel normalisation constants of the public checkpoints (SPEC.md 3),
+    are the per-channel normalisation constants of the public checkpoints (Cohen et al. 2019
+    and the later codebases),
     or ``None`` where no normalisation is used (digits and the MNIST family).
     """
 
@@ -218,7 +219,8 @@ class Dataset(torch.utils.data.Dataset):
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         """Examples ``indices`` as ``(x float32 [B,C,H,W] in [0,1], y int64 [B])``.
 
-        With ``augment`` the dataset's training augmentation (SPEC.md 3) is applied,
+        With ``augment`` the dataset's training augmentation (that of the public training
+        scripts) is applied,
         drawing all randomness from ``generator`` (torch's default generator if ``None``).
         """
         raise NotImplementedError

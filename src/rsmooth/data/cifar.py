@@ -20,7 +20,7 @@ or its extracted folder, binary before python.  Search order: ``data_dir``, ``$R
 the download cache; then the binary archive is downloaded and its published MD5 verified.
 Training augmentation: random crop 32 with zero padding 4 + horizontal flip (p = 0.5),
 batched, from the caller's generator.
-Normalisation constants (in the model, SPEC.md 1/3) are those of the public checkpoints.
+Normalisation constants (in the model, not the data) are those of the public checkpoints.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``digits``: scikit-learn's embedded 8x8 handwritten digits, the default dataset (SPEC.md 3).
+"""``digits``: scikit-learn's embedded 8x8 handwritten digits, the default dataset.
 
 1,797 images, 1x8x8, pixel values 0-16 divided by 16, 10 classes, no normalisation and
 no augmentation.  The split is fixed: ``train_test_split(test_size=360, stratify=y,

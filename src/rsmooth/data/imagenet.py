@@ -1,10 +1,11 @@
-"""ImageNet (ILSVRC-2012) from class folders (SPEC.md 3; as Cohen et al. and torchvision read it).
+"""ImageNet (ILSVRC-2012; Deng et al. 2009) from class folders, as Cohen et al. and torchvision read it.
 
 Layout: ``<root>/imagenet/train/<wnid>/*.JPEG`` and ``<root>/imagenet/val/<wnid>/*.JPEG``
 (``root`` may also be the folder that holds ``train/`` and ``val/``); the "test" split
 is ``val/``.  Search order: ``data_dir``, ``$RSMOOTH_DATA``, ``$IMAGENET_DIR`` (the variable of
-Cohen et al.'s code: the folder holding ``train/`` and ``val/``), the download cache.  Classes are the sorted folder names, images sorted by file name within a
-class.  ImageNet cannot be downloaded automatically.
+Cohen et al.'s code: the folder holding ``train/`` and ``val/``), the download cache.  Classes
+are the sorted folder names, images sorted by file name within a class.  ImageNet cannot be
+downloaded automatically.
 
 Transforms (on PIL images, decoded with Pillow as RGB): ``ds[i]`` and ``get_batch``
 without augmentation use Resize(256) (shorter side, bilinear) + CenterCrop(224);

@@ -1,4 +1,4 @@
-"""MNIST and Fashion-MNIST from the original IDX files (SPEC.md 3).
+"""MNIST and Fashion-MNIST (LeCun et al. 1998; Xiao et al. 2017, arXiv 1708.07747) from the IDX files.
 
 1x28x28 uint8 images scaled to [0, 1], 10 classes, no normalisation, no augmentation.
 Both datasets use the *same file names*, so each lives in its own folder,

@@ -1,4 +1,4 @@
-"""Which test examples to certify (SPEC.md 1, "Subsets")."""
+"""Which test examples to certify: every ``skip``-th, as Cohen et al. 2019 (arXiv 1902.02918) do."""
 from __future__ import annotations
 
 import operator
@@ -21,7 +21,7 @@ def certify_indices(length: int, skip: int = 1, max: Optional[int] = None) -> Li
 
     Cohen et al.'s ``certify.py`` takes every ``skip``-th example and stops when the
     *dataset index* equals ``max``, so a ``max`` that is not a multiple of ``skip``
-    never stops early (SPEC.md 1).  Here ``max`` counts certified examples: every 20th
+    never stops early.  Here ``max`` counts certified examples: every 20th
     CIFAR-10 test image with ``max=500`` is indices 0, 20, ..., 9980.
     """
     length = _as_int(length, "length")

@@ -1,4 +1,4 @@
-"""Image transforms of SPEC.md 3, without torchvision.
+"""The image transforms of the public training scripts, without torchvision.
 
 * CIFAR training augmentation: random crop 32 with zero padding 4 and horizontal flip
   with probability 0.5 (as ``torchvision.transforms.RandomCrop(32, padding=4)`` +

@@ -3,8 +3,8 @@
 Each example's noise comes from a generator seeded by ``(seed, idx)``, so results do not
 depend on the order, on interruptions or on how the work is split: a killed run resumes
 where it stopped (rows already in the TSV are skipped) and gives the same file.
-Run metadata (SPEC.md 1: sigma, n0, n, alpha, subset, precision, seed, checkpoint hash,
-versions) goes to the sidecar JSON so the TSV stays readable by every public codebase.
+Run metadata (sigma, n0, n, alpha, subset, precision, seed, checkpoint hash, versions) goes
+to the sidecar JSON so the TSV stays readable by every public codebase.
 """
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
 """Checkpoints: written atomically, read without unpickling arbitrary objects.
 
 An rsmooth checkpoint is a dict of tensors and plain Python values (``torch.load(...,
-weights_only=True)`` reads it): the model's ``state_dict`` (normalisation statistics included,
-SPEC.md 1), optimiser, scheduler, epoch, RNG state, the resolved config, seed and versions.
-Public checkpoints of Cohen/Salman/Jeong/MACER (SPEC.md 3) load too, given the dataset.
+weights_only=True)`` reads it): the model's ``state_dict`` (normalisation statistics included:
+the model's first layer), optimiser, scheduler, epoch, RNG state, the resolved config, seed and
+versions.  The public checkpoints of Cohen et al. 2019 (arXiv 1902.02918), Salman et al. 2019
+(arXiv 1906.04584), Jeong et al. and MACER (Zhai et al. 2020, arXiv 2001.02378) load too, given
+the dataset (see :mod:`rsmooth.models.checkpoint_compat`).
 """
 from __future__ import annotations
 
@@ -169,7 +171,7 @@ class LoadedModel:
 
 def load_model(path: Union[str, Path], dataset: Optional[str] = None,
                arch: Optional[str] = None) -> LoadedModel:
-    """Rebuild the model of an rsmooth or public checkpoint (SPEC.md 3).
+    """Rebuild the model of an rsmooth or public checkpoint (Cohen/Salman/Jeong/MACER codebases).
 
     rsmooth checkpoints carry arch, dataset and sigma; ``dataset``/``arch`` given here must
     agree with them (a model trained on one dataset cannot certify another).  Public

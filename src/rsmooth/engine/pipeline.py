@@ -1,4 +1,7 @@
-"""``rsmooth pipeline catrs``: the whole CAT-RS recipe from nothing (Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5).
+"""``rsmooth pipeline catrs``: the whole CAT-RS recipe from nothing.
+
+Jeong, Kim, Shin 2023, Confidence-Aware Training of Smoothed Classifiers for Certified
+Robustness (CAT-RS, arXiv 2212.09000), App. C.5:
 
 1. train the sigma0 = 0.25 Gaussian model, 2. compute its consistency targets, 3. train CAT-RS
 at sigma, 4. certify, 5. analyze (optionally beside a Gaussian baseline at sigma trained and
@@ -23,7 +26,7 @@ from .checkpoint import resolve_device
 from .seeding import validate_seed
 from .train import TrainConfig, train
 
-#: the noise level of the model whose smoothed predictions are the targets (Jeong et al. 2023 C.5)
+#: the noise level of the model whose smoothed predictions are the targets (Jeong et al. 2023 App. C.5)
 SIGMA0 = 0.25
 #: run_certification arguments the pipeline sets itself
 _CERTIFY_SET = ("mode", "dataset", "split", "sigma", "n0", "n", "alpha", "skip", "max", "seed", "log",

@@ -1,4 +1,4 @@
-"""CAT-RS consistency targets y_hat (Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5, eq. 10; SPEC.md 2).
+"""CAT-RS consistency targets y_hat (Jeong et al. 2023, CAT-RS, arXiv 2212.09000, App. C.5, eq. 10).
 
 For every training image, the vote frequencies over all K classes of the smoothed classifier
 of a Gaussian-trained model (at sigma0 = 0.25 in the papers) with N noises per image

@@ -1,15 +1,18 @@
-"""The one training loop (STYLE.md habit 1): methods supply losses, the engine does the rest.
+"""The one training loop: methods supply losses, the engine does the rest.
 
 It owns the optimiser (SGD with momentum, weight decay, optional Nesterov), the learning-rate
-schedule, chunking (SPEC.md 2: one optimiser step per chunk for chunked methods), devices,
-evaluation (clean accuracy and accuracy under noise), logging and atomic checkpoints, and
-resumes bit-identically: every random stream is derived from ``(seed, epoch, step)``.
+schedule, chunking (one optimiser step per chunk for chunked methods, as in the Jeong-family
+training scripts), devices, evaluation (clean accuracy and accuracy under noise), logging and
+atomic checkpoints, and resumes bit-identically: every random stream is derived from
+``(seed, epoch, step)``.
 
-Schedule timing (``lr_timing``): the Jeong-family scripts that produced Jeong et al. 2023 (CAT-RS, arXiv 2212.09000), 001, 003
-and 004 call ``scheduler.step(epoch)`` *after* training epoch ``epoch``, so with ``lr_step = 50``
-0-based epochs 0-50 use ``lr`` and epoch 51 is the first at a reduced rate ("catrs", the
-default).  Cohen's code steps at the start of each epoch, one epoch earlier: epoch 50 is the
-first reduced one ("cohen").
+Schedule timing (``lr_timing``): the Jeong-family scripts (jh-jeong/smoothing-consistency,
+jh-jeong/smoothmix, alinlab/smoothing-catrs) that produced Jeong & Shin 2020 (arXiv
+2006.04062), Jeong et al. 2021 (arXiv 2111.09277), Jeong et al. 2022 (OpenReview qLqeb9AjD2o)
+and Jeong et al. 2023 (arXiv 2212.09000) call ``scheduler.step(epoch)`` *after* training epoch
+``epoch``, so with ``lr_step = 50`` 0-based epochs 0-50 use ``lr`` and epoch 51 is the first at
+a reduced rate ("catrs", the default).  Cohen's code steps at the start of each epoch, one epoch
+earlier: epoch 50 is the first reduced one ("cohen").
 """
 from __future__ import annotations
 
@@ -36,7 +39,8 @@ from .checkpoint import (CHECKPOINT_NAME, FORMAT, atomic_save, git_commit, read_
                          resolve_device, state_digest, versions)
 from .seeding import derive_seed, generator, validate_seed
 
-#: learning rate and epochs when none is given (SPEC.md 2); presets refine these per paper
+#: learning rate and epochs when none is given (the CAT-RS authors' scripts); presets refine
+#: these per paper
 DATASET_DEFAULTS: Dict[str, Dict[str, Any]] = {
     "digits": {"lr": 0.05, "epochs": 30, "lr_step": 20},
     "mnist": {"lr": 0.01, "epochs": 150, "lr_step": 50},

@@ -1,4 +1,4 @@
-"""Training methods as pure losses behind a registry (SPEC.md 2).
+"""Training methods as pure losses behind a registry.
 
 Every module in this package is imported here, so a new method is one file with a
 ``@METHODS.register(...)`` class.

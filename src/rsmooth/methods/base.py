@@ -1,9 +1,9 @@
 """The method interface: a training method supplies a loss, the engine does the rest.
 
 A method is a dataclass of hyperparameters with ``loss(model, batch, ctx)``; it never steps an
-optimiser, writes a file or names a device (STYLE.md, habits 1 and 4).  The engine splits each
-loader batch into ``num_chunks`` chunks and takes one optimiser step per chunk (SPEC.md 2,
-"Chunking").
+optimiser, writes a file or names a device: the engine owns the loop, methods are pure losses.
+The engine splits each loader batch into ``num_chunks`` chunks and takes one optimiser step per
+chunk (as the Jeong-family training scripts do for SmoothAdv, Consistency, SmoothMix and CAT-RS).
 """
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ class Method:
 
     @property
     def num_chunks(self) -> int:
-        """Optimiser steps per loader batch (SPEC.md 2, "Chunking"); 1 unless chunked."""
+        """Optimiser steps per loader batch (one per chunk in the authors' scripts); 1 unless chunked."""
         return 1
 
     def loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:

@@ -1,19 +1,19 @@
-"""CAT-RS: confidence-aware training of smoothed classifiers (Jeong, Kim, Shin; SPEC.md 2).
+"""CAT-RS: confidence-aware training of smoothed classifiers (Jeong, Kim, Shin 2023, arXiv 2212.09000).
 
 Two versions, both chunked like the other Jeong-family methods (the engine splits each loader
 batch into ``num_noise`` chunks, one optimiser step each):
 
-- ``catrs`` (published version; Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Algorithm 1, App. C.4-C.5, D.4) with the authors'
-  code as the default where it differs from the text (alinlab/smoothing-catrs
-  ``code/train_catrs.py``): L_low = bottom-K Gaussian loss, L_high = worst-case KL to the
-  consistency targets y_hat, mask 1[K+ = M];
-- ``catrs-v1`` (first full version; Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) eq. 7, 8, 10, Algorithm 1): bottom-K loss with
-  truncation p0, worst-case cross-entropy to the hard label, mask 1[p_hat = 1].  No code of this
-  version was published: it follows the paper text.
+- ``catrs`` (published version; Jeong et al. 2023, arXiv 2212.09000, Algorithm 1, App. C.4-C.5,
+  D.4) with the authors' code as the default where it differs from the text
+  (alinlab/smoothing-catrs ``code/train_catrs.py``): L_low = bottom-K Gaussian loss, L_high =
+  worst-case KL to the consistency targets y_hat, mask 1[K+ = M];
+- ``catrs-v1`` (first full version; Jeong et al. 2022, OpenReview qLqeb9AjD2o, eq. 7, 8, 10,
+  Algorithm 1): bottom-K loss with truncation p0, worst-case cross-entropy to the hard label,
+  mask 1[p_hat = 1].  No code of this version was published: it follows the paper text.
 
-Ablations (Jeong et al. 2023 Tables 8-9; Jeong et al. 2022 Table 3) are fields of both: ``low`` (bottom-k |
-gaussian | none), ``high`` (max | mean | none), ``mask``; ``catrs`` also has ``target``
-(consistency | smoothed | hard).
+Ablations (Jeong et al. 2023 Tables 8-9; Jeong et al. 2022 Table 3) are fields of both: ``low``
+(bottom-k | gaussian | none), ``high`` (max | mean | none), ``mask``; ``catrs`` also has
+``target`` (consistency | smoothed | hard).
 
 The pure pieces (:func:`sample_k_plus`, :func:`bottom_k_loss`, :func:`kl_to_target`,
 :func:`catrs_loss`) take fixed tensors, so the tests check them against explicit loops; the
@@ -97,7 +97,9 @@ def catrs_loss(
     high: str = "max",
     p0: Optional[float] = None,
 ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
-    """mean_b( L_low + lbd * mask * L_high ) (Jeong et al. 2023 eq. 8 / Algorithm 1 line 10; Jeong et al. 2022 eq. 10).
+    """mean_b( L_low + lbd * mask * L_high ).
+
+    Jeong et al. 2023 eq. 8 / Algorithm 1 line 10; Jeong et al. 2022 eq. 10.
 
     Args:
         ce: [B x M] CE(F(x + delta_i), y) of the M Gaussian noises.
@@ -152,7 +154,8 @@ class _CatRSBase(Method):
         "help": "L_low: bottom-k, gaussian (L_base: CE over all M noises; ablation) or none (ablation)",
         "choices": LOW_MODES})
     high: str = field(default="max", metadata={
-        "help": "L_high over the M worst-case noises: max, mean (Jeong et al. 2022 eq. 11; ablation) or none (ablation)",
+        "help": "L_high over the M worst-case noises: max, mean (ablation; Jeong et al. 2022, CAT-RS first "
+                "version, OpenReview qLqeb9AjD2o, eq. 11) or none (ablation)",
         "choices": HIGH_MODES})
     mask: bool = field(default=True, metadata={"help": "apply L_high only where K+ = M (--no-mask: ablation)"})
     renorm: str = field(default="rms", metadata={
@@ -230,7 +233,7 @@ class _CatRSBase(Method):
 @METHODS.register("catrs")
 @dataclass
 class CATRS(_CatRSBase):
-    """CAT-RS, published version (Jeong et al. 2023 Algorithm 1, App. C.4-C.5, D.4; SPEC.md 2).
+    """CAT-RS, published version (Jeong et al. 2023, arXiv 2212.09000, Algorithm 1, App. C.4-C.5, D.4).
 
     Per chunk of B images: M Gaussian noises per image (image-major); logits of the M noisy
     copies in train mode; p_hat = fraction of the M hard votes equal to y; K ~ Bin(M, p_hat)
@@ -328,7 +331,7 @@ class CATRS(_CatRSBase):
 @METHODS.register("catrs-v1")
 @dataclass
 class CATRSv1(_CatRSBase):
-    """CAT-RS, first full version (Jeong et al. 2022 eq. 7, 8, 10, Algorithm 1; SPEC.md 2).
+    """CAT-RS, first full version (Jeong et al. 2022, OpenReview qLqeb9AjD2o, eq. 7, 8, 10, Algorithm 1).
 
     No reference code of this version exists: it follows the paper text.  Per chunk: M
     Gaussian noises; K ~ Bin(M, p_hat), K+ = max(K, 1) (eq. 7); L_low = (1/M) (sum of the K+

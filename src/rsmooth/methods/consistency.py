@@ -1,4 +1,4 @@
-"""Consistency regularisation (Jeong & Shin 2020; Jeong & Shin 2020 (Consistency, arXiv 2006.04062) eq. 7, 12, 13; SPEC.md 2).
+"""Consistency regularisation (Jeong & Shin 2020, arXiv 2006.04062; eq. 7, 12, 13).
 
 Reference: jh-jeong/smoothing-consistency ``code/consistency.py``.  The regulariser is a pure
 function of the logits of the m noisy copies of each image, so other methods (e.g. SmoothAdv +
@@ -90,12 +90,13 @@ def consistency_loss(logits: torch.Tensor, y: torch.Tensor, lbd: float, eta: flo
 @METHODS.register("consistency")
 @dataclass
 class Consistency(Method):
-    """Consistency regularisation on Gaussian noise (Jeong & Shin 2020; Jeong & Shin 2020 eq. 12).
+    """Consistency regularisation on Gaussian noise (Jeong & Shin 2020 eq. 12).
 
-    Chunked (SPEC.md 2): each loader batch is split into ``num_noise`` chunks, one optimiser step
-    each; every image of a chunk gets ``num_noise`` independent noises.  Defaults: m = 2 and
-    eta = 0.5 (Jeong & Shin 2020 Sec. 3-4); lbd = 10 (the reference code's default; Jeong & Shin 2020 uses it
-    for CIFAR-10 sigma = 0.5, 1.0, Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 uses 20 for CIFAR-10 sigma = 0.25 and
+    Chunked (as in the authors' training script): each loader batch is split into ``num_noise``
+    chunks, one optimiser step each; every image of a chunk gets ``num_noise`` independent
+    noises.  Defaults: m = 2 and eta = 0.5 (Jeong & Shin 2020 Sec. 3-4); lbd = 10 (the reference
+    code's default; Jeong & Shin 2020 uses it for CIFAR-10 sigma = 0.5, 1.0, Jeong et al. 2022
+    (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 uses 20 for CIFAR-10 sigma = 0.25 and
     10 / 5 / 5 for MNIST sigma = 0.25 / 0.5 / 1.0).
     """
 

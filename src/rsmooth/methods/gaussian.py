@@ -1,4 +1,7 @@
-"""Gaussian data augmentation (Cohen et al. 2019; Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) eq. 5; SPEC.md 2)."""
+"""Gaussian data augmentation (Cohen et al. 2019, arXiv 1902.02918).
+
+As written in Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) eq. 5.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,12 +1,14 @@
-"""MACER: maximise a soft certified radius (Zhai et al. 2020; Jeong & Shin 2020 (Consistency, arXiv 2006.04062) App. E.2 eq. 6, 8).
+"""MACER: maximise a soft certified radius (Zhai et al. 2020, arXiv 2001.02378).
 
-Implemented as the authors' code does it (RuntianZ/macer ``macer.py``; SPEC.md 2), which differs
-from Jeong & Shin 2020 eq. 8 in where sigma sits: the code's robustness term is the hinge
-(sigma / 2) * max(gamma - xi, 0) on the *unscaled* gap xi = Phi^-1(p1) - Phi^-1(p2), as in the
-MACER paper, while Jeong & Shin 2020 eq. 8 writes max(gamma - CR, 0) with CR = (sigma / 2) * xi inside
-the hinge.  Examples with xi > gamma (or a non-finite xi) get no robustness gradient at all.
+Restated in Jeong & Shin 2020 (Consistency, arXiv 2006.04062) App. E.2 eq. 6, 8.  Implemented as
+the authors' code does it (RuntianZ/macer ``macer.py``), which differs from Jeong & Shin 2020
+eq. 8 in where sigma sits: the code's robustness term is the hinge (sigma / 2) *
+max(gamma - xi, 0) on the *unscaled* gap xi = Phi^-1(p1) - Phi^-1(p2), as in the MACER paper,
+while Jeong & Shin 2020 eq. 8 writes max(gamma - CR, 0) with CR = (sigma / 2) * xi inside the
+hinge.  Examples with xi > gamma (or a non-finite xi) get no robustness gradient at all.
 
-Defaults (Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2, Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5): k = 16, gamma = 8, beta = 16; lambda = 12
+Defaults (Jeong et al. 2022, CAT-RS first version, OpenReview qLqeb9AjD2o, App. B.2; Jeong et al.
+2023, CAT-RS, arXiv 2212.09000, App. C.5): k = 16, gamma = 8, beta = 16; lambda = 12
 (the MACER code's default and the CIFAR-10 sigma = 0.25 setting; CIFAR-10 sigma = 0.5 uses 4,
 sigma = 1.0 uses 12 with lambda = 0 until the first LR drop, i.e. ``deferred``; MNIST uses 16 for
 sigma = 0.25, 0.5 and 6 for sigma = 1.0; Fashion-MNIST 16 / 8 / 2).
@@ -33,7 +35,7 @@ def normal_icdf(p: torch.Tensor) -> torch.Tensor:
 
 def macer_loss(logits: torch.Tensor, y: torch.Tensor, sigma: float, lbd: float, gamma: float,
                beta: float) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
-    """The MACER objective of one batch, in the reference code's form (SPEC.md 2).
+    """The MACER objective of one batch, in the reference code's form (RuntianZ/macer ``macer.py``).
 
     logits: [B x k x K], f(x + delta_j) of k noisy copies per image; y: [B] labels.
 

@@ -1,6 +1,7 @@
 """SmoothAdv: adversarial training of the soft-smoothed classifier (Salman et al. 2019).
 
-Jeong & Shin 2020 (Consistency, arXiv 2006.04062) App. E.1 eq. 3-4; SPEC.md 2.  References: Hadisalman/smoothing-adversarial
+Salman et al. 2019, arXiv 1906.04584; restated in Jeong & Shin 2020 (Consistency, arXiv
+2006.04062) App. E.1 eq. 3-4.  References: Hadisalman/smoothing-adversarial
 ``code/train_pgd.py`` (``--adv-training --train-multi-noise``, the setting of its README) and
 ``code/attacks.py``; jh-jeong/smoothing-consistency ``code/train_salman.py`` and
 ``code/train_consistency.py --adv-training`` (SmoothAdv + Consistency, Jeong & Shin 2020 Table 1).
@@ -47,16 +48,17 @@ def smoothadv_loss(logits: torch.Tensor, y: torch.Tensor, lbd: float = 0.0,
 class SmoothAdv(Method):
     """SmoothAdv (Salman et al. 2019; Jeong & Shin 2020 App. E.1), optionally + Consistency.
 
-    Chunked (SPEC.md 2): the engine splits each loader batch of B images into ``num_noise`` (m)
-    chunks of B/m, one optimiser step each, as the reference's ``get_minibatches`` does.  Per
+    Chunked: the engine splits each loader batch of B images into ``num_noise`` (m) chunks of
+    B/m, one optimiser step each, as the reference's ``get_minibatches`` does.  Per
     chunk: m noises per image drawn once; the attack (PGD or DDN on -log F_hat_y, model in eval
     mode, parameters frozen) finds x' within the l2 ball of radius eps_t around x using those
     noises; the loss is :func:`smoothadv_loss` on F(x' + delta_i) with the *same* noises, model
     in train mode.  eps_t = eps * min(1, (epoch + 1) / warmup) (reference:
     ``min(eps, (epoch + 1) * eps / warmup)``).
 
-    Defaults are the fixed configuration of Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 and Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 for
-    MNIST / Fashion-MNIST (T = 10, eps = 1.0, m = 4, 10 warm-up epochs; Jeong & Shin 2020 App. A.4
+    Defaults are the fixed configuration of Jeong et al. 2022 (CAT-RS first version, OpenReview
+    qLqeb9AjD2o) App. B.2 and Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) App. C.5 for MNIST /
+    Fashion-MNIST (T = 10, eps = 1.0, m = 4, 10 warm-up epochs; Jeong & Shin 2020 App. A.4
     likewise): the reference scripts' own defaults (eps 64/256, m 1, warm-up 1) are never what
     a paper ran.  CIFAR-10: eps 1.0, m 4 (sigma 0.25); eps 2.0, m 2 (Jeong et al. 2022) or eps 1.0,
     m 8 (Jeong et al. 2023) at sigma 0.5; eps 2.0, m 2 at sigma 1.0.

@@ -1,11 +1,12 @@
-"""SmoothMix (Jeong et al. 2021; Jeong et al. 2021 (SmoothMix, arXiv 2111.09277) Algorithm 1; SPEC.md 2).
+"""SmoothMix (Jeong et al. 2021, arXiv 2111.09277; Algorithm 1).
 
 Per chunk of B images and m noises delta_1..delta_m (the same noises for the adversary and
 the loss):
 
 1. adversary: T steps x~(t+1) = clamp(x~(t) + alpha * g / ||g||_2, 0, 1) from x~(0) = x, with g
    the gradient of -log F_hat_y(x~(t)), F_hat(z) = (1/m) sum_i softmax(f(z + delta_i)); no l2
-   ball unless ``eps`` > 0 (Jeong et al. 2021 Table 10 ablation); model in eval mode, parameters frozen;
+   ball unless ``eps`` > 0 (Jeong et al. 2021 Table 10 ablation); model in eval mode,
+   parameters frozen;
 2. one-step adversary (``mix_step`` = k >= 1): the clean side x is replaced by x~(k), projected
    to an l2 ball of radius alpha * k (or ``mix_eps``) around x, warmed up;
 3. lambda ~ U[0, 1/2] per example; x_mix = (1 - lambda) x + lambda x~(T),
@@ -21,9 +22,9 @@ normalised gradient is g / ||g|| (the code adds 1e-8 to the norm; rsmooth's
 :func:`~rsmooth.attacks.pgd.l2_normalize` clamps it at 1e-12 instead, both leave a zero gradient at
 zero); the clean and the mixed noisy batches go through the model in two separate forward
 passes (BatchNorm statistics per pass); the mean runs over all B*m noisy copies, masked ones
-included. Published settings (EXPERIMENTS.MD of that repository; Nesterov
-momentum per Jeong et al. 2021 App. C): MNIST m = 4, alpha = 1.0, T = 3 / 4 / 8 at sigma = 0.25 / 0.5 / 1.0
-(T = 2 with eta = 5 at sigma 0.25), eta in {1, 5}; CIFAR-10 m = 2, T = 4, alpha = 0.5 / 1.0 / 2.0,
+included. Published settings (EXPERIMENTS.MD of that repository; Nesterov momentum per Jeong et
+al. 2021 App. C): MNIST m = 4, alpha = 1.0, T = 3 / 4 / 8 at sigma = 0.25 / 0.5 / 1.0 (T = 2
+with eta = 5 at sigma 0.25), eta in {1, 5}; CIFAR-10 m = 2, T = 4, alpha = 0.5 / 1.0 / 2.0,
 eta = 5; ImageNet (Jeong et al. 2021 App. G) m = 1, T = 1, alpha = 8.0, one-step adversary with
 mix_eps = 1.0.
 
@@ -174,9 +175,10 @@ def smoothmix_adversary(model: nn.Module, x: torch.Tensor, y: torch.Tensor, nois
 class SmoothMix(Method):
     """SmoothMix: self-mixup with the smoothed classifier's adversary (Jeong et al. 2021 Algorithm 1).
 
-    Chunked: each loader batch is split into ``num_noise`` chunks, one optimiser step each
-    (SPEC.md 2).  Defaults are the authors' script defaults (alpha 1.0, T 8, eta 1.0, warm-up 10)
-    with m = 4, i.e. their MNIST sigma = 1.0 setting (Jeong et al. 2021 Tables 8-11 base row).
+    Chunked: each loader batch is split into ``num_noise`` chunks, one optimiser step each (as
+    in the authors' training script).  Defaults are the authors' script defaults (alpha 1.0,
+    T 8, eta 1.0, warm-up 10) with m = 4, i.e. their MNIST sigma = 1.0 setting (Jeong et al.
+    2021 Tables 8-11 base row).
     """
 
     num_noise: int = field(default=4, metadata={"help": "noises m per image, shared by the adversary and the loss; "

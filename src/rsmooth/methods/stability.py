@@ -1,8 +1,9 @@
-"""Stability training (Li et al. 2019) as re-implemented by the Consistency authors (SPEC.md 2).
+"""Stability training (Li et al. 2019, arXiv 1809.03113) as re-implemented by the Consistency authors.
 
-Reference: jh-jeong/smoothing-consistency ``code/train_stab.py``; Jeong & Shin 2020 (Consistency, arXiv 2006.04062) eq. 9 writes the
-objective as L(F(x), y) + lambda * L(F(x), F(x + delta)).  Defaults: gamma = 2 (Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App.
-B.2, Jeong & Shin 2020 Sec. 4.2; 1 for CIFAR-10 sigma = 1.0).
+Reference: jh-jeong/smoothing-consistency ``code/train_stab.py``; Jeong & Shin 2020 (Consistency,
+arXiv 2006.04062) eq. 9 writes the objective as L(F(x), y) + lambda * L(F(x), F(x + delta)).
+Defaults: gamma = 2 (Jeong et al. 2022, CAT-RS first version, OpenReview qLqeb9AjD2o, App. B.2;
+Jeong & Shin 2020 Sec. 4.2; 1 for CIFAR-10 sigma = 1.0).
 """
 from __future__ import annotations
 

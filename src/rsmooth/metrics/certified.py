@@ -3,10 +3,11 @@
 Both are computed over **all** certified examples, as in the papers' tables:
 an abstention (``predict = -1``, ``radius = 0``, ``correct = 0``) counts as wrong.
 
-- approximate certified accuracy at r (Cohen et al. 2019, ``analyze.py``; SPEC.md 1):
-  ``mean(correct and radius >= r)``;
-- ACR (Zhai et al. 2020, as defined in Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) Sec. 4 "Evaluation metrics" and
-  Jeong & Shin 2020 (Consistency, arXiv 2006.04062) Sec. 4.1): ``(1/|D_test|) sum CR(f, sigma, x) * 1[f_hat(x) = y]``,
+- approximate certified accuracy at r (Cohen et al. 2019, arXiv 1902.02918; their
+  ``analyze.py``): ``mean(correct and radius >= r)``;
+- ACR (Zhai et al. 2020, arXiv 2001.02378, as defined in Jeong et al. 2022 (CAT-RS first
+  version, OpenReview qLqeb9AjD2o) Sec. 4 "Evaluation metrics" and Jeong & Shin 2020
+  (Consistency, arXiv 2006.04062) Sec. 4.1): ``(1/|D_test|) sum CR(f, sigma, x) * 1[f_hat(x) = y]``,
   i.e. ``mean(radius * correct)``.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The certify TSV and its sidecar JSON (SPEC.md 1, "Output interchange format").
+"""The certify TSV and its sidecar JSON.
 
 The TSV is the format every public randomized-smoothing codebase reads and writes
-(Cohen et al. 2019, ``locuslab/smoothing/code/certify.py``)::
+(Cohen et al. 2019, arXiv 1902.02918; their ``locuslab/smoothing/code/certify.py``)::
 
     idx	label	predict	radius	correct	time
     0	3	3	0.7137489326640017	1	0.9312

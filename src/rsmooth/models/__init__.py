@@ -1,10 +1,12 @@
 """Models: the normalisation layer, the field's architectures and checkpoint loading.
 
 ``create_model(arch, dataset)`` returns ``nn.Sequential(Normalize(mean, std), net)`` so
-inputs are [0, 1] pixels and the net's keys are ``1.xxx`` as in the public checkpoints
-(SPEC.md 1 and 3). Architectures: ``lenet`` (LeCun et al. 1998, field variant),
-``digits_cnn``, ``cifar_resnet20`` / ``cifar_resnet110`` (He et al. 2016), ``densenet40``
-(Huang et al. 2017), ``cifar_densenet40`` (Jeong & Shin's code), ``resnet50``.
+inputs are [0, 1] pixels (the noise of randomized smoothing is added before normalisation) and
+the net's keys are ``1.xxx`` as in the public checkpoints of Cohen et al. 2019 (arXiv
+1902.02918) and the later codebases. Architectures: ``lenet`` (LeCun et al. 1998, field
+variant), ``digits_cnn``, ``cifar_resnet20`` / ``cifar_resnet110`` (He et al. 2016, arXiv
+1512.03385), ``densenet40`` (Huang et al. 2017, arXiv 1608.06993), ``cifar_densenet40``
+(Jeong & Shin's code), ``resnet50``.
 """
 from . import cifar_resnet, densenet, resnet, small  # noqa: F401  (register the archs)
 from .checkpoint_compat import canonical_state_dict, load_weights, strip_wrapper_prefixes

@@ -1,15 +1,16 @@
-"""Load rsmooth checkpoints and those of the public codebases (SPEC.md 3).
+"""Load rsmooth checkpoints and those of the public codebases (Cohen, Salman, Jeong, MACER).
 
 Formats accepted (the caller has already run ``torch.load(path, map_location="cpu",
 weights_only=True)``, so nothing arbitrary is unpickled):
 
 - a plain state_dict of an rsmooth model (``0.mean``, ``0.std``, ``1.xxx``), or a dict that
   holds one under ``"state_dict"`` or ``"model"``;
-- Cohen et al. / Salman et al. / Jeong et al.: ``{'epoch', 'arch', 'state_dict', 'optimizer'}``
-  where the model was ``Sequential(NormalizeLayer, net)``: keys ``1.xxx`` (CIFAR, MNIST) or
-  ``1.module.xxx`` (ImageNet, DataParallel), normalisation statistics not stored;
-- MACER (Zhai et al. 2020): ``{'net', 'epoch'}`` with bare ``xxx`` or ``module.xxx`` keys and
-  no normalisation layer;
+- Cohen et al. 2019 (arXiv 1902.02918) / Salman et al. 2019 (arXiv 1906.04584) / Jeong et al.:
+  ``{'epoch', 'arch', 'state_dict', 'optimizer'}`` where the model was
+  ``Sequential(NormalizeLayer, net)``: keys ``1.xxx`` (CIFAR, MNIST) or ``1.module.xxx``
+  (ImageNet, DataParallel), normalisation statistics not stored;
+- MACER (Zhai et al. 2020, arXiv 2001.02378): ``{'net', 'epoch'}`` with bare ``xxx`` or
+  ``module.xxx`` keys and no normalisation layer;
 - bare net keys ``xxx`` / ``module.xxx`` in any of the above, and forks that register the
   NormalizeLayer's ``means`` / ``sds`` (or ``stds``) as buffers.
 

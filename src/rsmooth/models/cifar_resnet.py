@@ -1,4 +1,4 @@
-"""CIFAR ResNets (He et al. 2016, Sec. 4.2) in the layout of Cohen et al.'s code.
+"""CIFAR ResNets (He et al. 2016, arXiv 1512.03385, Sec. 4.2) in the layout of Cohen et al.'s code.
 
 Depth 6n+2 with BasicBlocks on 16/32/64 channels; a shortcut that changes shape is a
 1x1 convolution + BatchNorm (``downsample.0`` / ``downsample.1``), as in

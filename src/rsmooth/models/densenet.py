@@ -1,4 +1,4 @@
-"""DenseNets for CIFAR (Huang et al. 2017).
+"""DenseNets for CIFAR (Huang et al. 2017, arXiv 1608.06993).
 
 Two registered architectures, because the paper and the field's code disagree:
 
@@ -6,7 +6,8 @@ Two registered architectures, because the paper and the field's code disagree:
   (L = 40, k = 12)", 1.0M parameters): a 3x3 stem with 16 channels, three dense blocks of 12
   BN-ReLU-conv3x3 layers (growth k = 12), transitions BN-ReLU-conv1x1-avgpool2 keeping the
   width, then BN-ReLU-global average pool-fc. 1,019,722 parameters for K = 10. This is the
-  DenseNet-40 that Jeong & Shin 2020 (Consistency, arXiv 2006.04062) (Sec. 4.5, Table 6) cites as [18].
+  DenseNet-40 that Jeong & Shin 2020 (Consistency, arXiv 2006.04062, Sec. 4.5, Table 6) cites
+  as [18].
 - ``cifar_densenet40``: the network that jh-jeong/smoothing-consistency actually trains under
   that name (``code/archs/densenet.py``): a 24-channel stem, three blocks of 6 bottleneck
   layers (BN-ReLU-conv1x1 to 4k, BN-ReLU-conv3x3 to k), k = 12, no compression (so the

@@ -1,9 +1,9 @@
-"""The MODELS registry, ``create_model`` and ``default_arch`` (SPEC.md 3).
+"""The MODELS registry, ``create_model`` and ``default_arch``.
 
 Every model is ``nn.Sequential(Normalize(mean, std), net)``: inputs are [0, 1] pixels,
 module 0 standardises with the dataset's constants (registered buffers), and the net's
-state_dict keys are ``1.xxx`` exactly as in the public checkpoints of Cohen et al.,
-Salman et al. and Jeong et al.
+state_dict keys are ``1.xxx`` exactly as in the public checkpoints of Cohen et al. 2019 (arXiv
+1902.02918), Salman et al. 2019 (arXiv 1906.04584) and Jeong et al.
 """
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ class _DatasetStats(NamedTuple):
     std: Optional[Tuple[float, ...]]
 
 
-# The constants every public checkpoint was trained with (SPEC.md 3). Kept private here so
-# that models does not depend on rsmooth.data; they must agree with data.dataset_info.
+# The constants every public checkpoint was trained with (Cohen et al. 2019 and the later
+# codebases). Kept private here so that models does not depend on rsmooth.data; they must
+# agree with data.dataset_info.
 _DATASET_STATS: Dict[str, _DatasetStats] = {
     "digits": _DatasetStats(10, (1, 8, 8), None, None),
     "mnist": _DatasetStats(10, (1, 28, 28), None, None),
@@ -102,7 +103,7 @@ def register_arch(name: str, *, in_channels: int, input_size: Optional[Tuple[int
 
 
 def default_arch(dataset: str) -> str:
-    """The architecture the papers use for ``dataset`` (SPEC.md 3)."""
+    """The architecture the papers use for ``dataset`` (e.g. LeNet for MNIST, ResNet-110 for CIFAR)."""
     dataset_stats(dataset)  # validates the name
     return _DEFAULT_ARCH[dataset]
 

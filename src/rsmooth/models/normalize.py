@@ -14,8 +14,9 @@ class Normalize(nn.Module):
 
     Why it is a layer and not a data transform: randomized smoothing adds the Gaussian
     noise to the input in [0, 1] pixel space, *before* normalisation, so certified radii
-    are in pixel units (Cohen et al. 2019; Jeong & Shin 2020 (Consistency, arXiv 2006.04062) Sec. 2.2; SPEC.md 1). Standardising
-    inside the model keeps every caller (training, attacks, certification) in pixel space.
+    are in pixel units (Cohen et al. 2019, arXiv 1902.02918; Jeong & Shin 2020, Consistency,
+    arXiv 2006.04062, Sec. 2.2). Standardising inside the model keeps every caller (training,
+    attacks, certification) in pixel space.
 
     ``mean`` and ``std`` are registered buffers of shape [1, C, 1, 1], so they are saved in
     the checkpoint (keys ``0.mean`` and ``0.std`` of the ``nn.Sequential``) and follow

@@ -1,4 +1,4 @@
-"""ResNet-50 for ImageNet (He et al. 2016) in torchvision's layout.
+"""ResNet-50 for ImageNet (He et al. 2016, arXiv 1512.03385) in torchvision's layout.
 
 Parameter names and shapes are those of ``torchvision.models.resnet50`` (``conv1, bn1,
 layer1..4.i.{conv1,bn1,conv2,bn2,conv3,bn3,downsample.0,downsample.1}, fc``; 25,557,032

@@ -9,7 +9,7 @@ from .factory import register_arch
 
 
 class LeNet(nn.Module):
-    """LeNet as the randomized-smoothing field uses it (LeCun et al. 1998; SPEC.md 3).
+    """LeNet as the randomized-smoothing field uses it (LeCun et al. 1998).
 
     conv 1->20 k5, ReLU, maxpool 2, conv 20->50 k5, ReLU, maxpool 2, fc 800->500, ReLU,
     fc 500->K: 431,080 parameters for K = 10. Not LeNet-5. Attribute names ``conv1``,

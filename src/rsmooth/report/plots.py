@@ -1,4 +1,7 @@
-"""Certified accuracy against radius (the curves of Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) Fig. 3-4, Jeong & Shin 2020 (Consistency, arXiv 2006.04062) Fig. 2).
+"""Certified accuracy against radius, the curves of the papers' figures.
+
+Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) Fig. 3-4; Jeong & Shin 2020
+(Consistency, arXiv 2006.04062) Fig. 2.
 
 matplotlib is imported lazily, and only its object-oriented API with the Agg canvas
 is used: no ``pyplot``, no global backend switch, no display needed.

@@ -1,8 +1,9 @@
 """Summaries of certify TSVs: ACR and certified accuracy per file, JSON, and ``analyze``.
 
-The numbers are the papers' table entries (Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) Tables 1-2, Jeong & Shin 2020 (Consistency, arXiv 2006.04062) Table 1,
-``shared/reference/paper_results.tsv``): ACR and approximate certified accuracy at
-radii 0, 0.25, ... over all certified examples (:mod:`rsmooth.metrics`).
+The numbers are the papers' table entries (Jeong et al. 2022, CAT-RS first version, OpenReview
+qLqeb9AjD2o, Tables 1-2; Jeong & Shin 2020, Consistency, arXiv 2006.04062, Table 1): ACR and
+approximate certified accuracy at radii 0, 0.25, ... over all certified examples
+(:mod:`rsmooth.metrics`).
 """
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-"""Tables in the papers' layout (Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) Tables 1-2, Jeong & Shin 2020 (Consistency, arXiv 2006.04062) Table 1).
+"""Tables in the papers' layout.
 
-One row per result file; columns ``model | [sigma] | examples | ACR | 0.00 | 0.25 | ...``
-(``examples``: test examples certified, not Monte Carlo samples): in markdown and LaTeX, ACR
-with 3 decimals and certified accuracy in % with one decimal, as the papers print them; in CSV
-every number at full precision.  The ``sigma`` column appears only when a sidecar JSON gave
-sigma for at least one file.
+As in Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) Tables 1-2 and Jeong &
+Shin 2020 (Consistency, arXiv 2006.04062) Table 1: one row per result file; columns
+``model | [sigma] | examples | ACR | 0.00 | 0.25 | ...`` (``examples``: test examples certified,
+not Monte Carlo samples): in markdown and LaTeX, ACR with 3 decimals and certified accuracy in %
+with one decimal, as the papers print them; in CSV every number at full precision.  The
+``sigma`` column appears only when a sidecar JSON gave sigma for at least one file.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Randomized smoothing: the smoothed classifier and its statistics (Cohen et al. 2019)."""
+"""Randomized smoothing: the smoothed classifier and its statistics (Cohen et al. 2019, arXiv 1902.02918)."""
 from .smooth import DEFAULT_BATCH_SIZE, Precision, Smooth
 from .stats import (
     binom_pvalue,

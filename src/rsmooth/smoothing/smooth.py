@@ -1,9 +1,9 @@
 """The smoothed classifier g(x) = argmax_c P(f(x + delta) = c), delta ~ N(0, sigma^2 I).
 
-Cohen, Rosenfeld & Kolter (2019); Jeong & Shin 2020 (Consistency, arXiv 2006.04062) Sec. 2.2 and 4.1; SPEC.md section 1.  The API
-is Cohen's ``core.Smooth`` (same constructor, ``predict``, ``certify``, ``ABSTAIN = -1``) so
-existing scripts keep working, with votes counted on the model's device and a batched
-``count_votes`` for many inputs at once.
+Cohen, Rosenfeld & Kolter (2019, arXiv 1902.02918, Sec. 3.2); Jeong & Shin 2020 (Consistency,
+arXiv 2006.04062) Sec. 2.2 and 4.1.  The API is Cohen's ``core.Smooth`` (locuslab/smoothing:
+same constructor, ``predict``, ``certify``, ``ABSTAIN = -1``) so existing scripts keep working,
+with votes counted on the model's device and a batched ``count_votes`` for many inputs at once.
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The statistics of Cohen et al.'s PREDICT and CERTIFY, as pure functions.
 
 Cohen, Rosenfeld & Kolter (2019), "Certified adversarial robustness via randomized
-smoothing"; restated in Jeong & Shin 2020 (Consistency, arXiv 2006.04062) Sec. 2.2 (eq. 3-4) and SPEC.md section 1.
+smoothing", arXiv 1902.02918, Sec. 3.2; restated in Jeong & Shin 2020 (Consistency,
+arXiv 2006.04062) Sec. 2.2 (eq. 3-4).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def clopper_pearson_lower(n_a: int, n: int, alpha: float) -> float:
 
     ``Beta.ppf(alpha, n_a, n - n_a + 1)`` (Cohen et al. 2019, ``lowerConfBound``), which is
     the lower end of ``proportion_confint(n_a, n, alpha=2 * alpha, method="beta")``.
-    ``n_a = 0`` gives 0 (``Beta.ppf`` is NaN there; SPEC.md 1).
+    ``n_a = 0`` gives 0 (``Beta.ppf`` is NaN there, while the exact bound is 0).
 
     Args:
         n_a: successes, ``0 <= n_a <= n``.
