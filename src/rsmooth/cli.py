@@ -186,8 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(
         prog="rsmooth", description="Certified robustness by randomized smoothing: train base "
-        "classifiers, certify smoothed classifiers (Cohen et al. 2019), report ACR and certified "
-        "accuracy. " + UNITS)
+        "classifiers, certify smoothed classifiers (Cohen et al. 2019, arXiv 1902.02918), report ACR "
+        "and certified accuracy. " + UNITS)
     parser.add_argument("--version", action="version", version=f"rsmooth {__version__}")
     parser.add_argument("--debug", action="store_true", help="on an error, show the Python traceback "
                         "instead of one line (also RSMOOTH_DEBUG=1); may be given anywhere")
@@ -234,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     # certify / predict ------------------------------------------------------------------
     for name, helptext in (("certify", "CERTIFY: certified radius of each test example"),
                            ("predict", "PREDICT: smoothed prediction of each test example")):
-        c = sub.add_parser(name, help=helptext, description=helptext + " (Cohen et al. 2019). "
+        c = sub.add_parser(name, help=helptext, description=helptext + " (Cohen, Rosenfeld, Kolter "
+                           "2019, Certified Adversarial Robustness via Randomized Smoothing, arXiv 1902.02918). "
                            "Writes a TSV (idx label predict radius correct time) row by row and a "
                            "sidecar OUT.json with the run's settings; rerunning continues an "
                            "interrupted run. " + UNITS)
