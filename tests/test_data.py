@@ -10,6 +10,7 @@ import pickle
 import struct
 import tarfile
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -105,8 +106,14 @@ def write_cifar(root: Path, name: str, per_file: int, archive: bool) -> dict:
             xs.append(x)
             ys.append(y)
         expected[split] = (np.concatenate(xs), np.concatenate(ys))
-    if archive:
-        with tarfile.open(folder / layout.archive, "w:gz") as tar:
+    write_members(folder, members, folder / layout.archive if archive else None)
+    return expected
+
+
+def write_members(folder: Path, members: dict, archive: Optional[Path]) -> None:
+    """``members`` (path in the archive -> bytes) as a .tar.gz ``archive``, or as files in ``folder``."""
+    if archive is not None:
+        with tarfile.open(archive, "w:gz") as tar:
             for member, raw in members.items():
                 info = tarfile.TarInfo(member)
                 info.size = len(raw)
@@ -115,7 +122,6 @@ def write_cifar(root: Path, name: str, per_file: int, archive: bool) -> dict:
         for member, raw in members.items():
             (folder / member).parent.mkdir(parents=True, exist_ok=True)
             (folder / member).write_bytes(raw)
-    return expected
 
 
 class Py2Pickler(pickle._Pickler):
@@ -158,16 +164,7 @@ def write_cifar_python(folder: Path, name: str, per_file: int, archive: bool) ->
                 batch["fine_labels"] = [int(v) for v in y]
                 batch["coarse_labels"] = [int(v) // 5 for v in y]
             members[f"{py.folder}/{f}"] = py2_pickle(batch)
-    if archive:
-        with tarfile.open(folder / py.archive, "w:gz") as tar:
-            for member, raw in members.items():
-                info = tarfile.TarInfo(member)
-                info.size = len(raw)
-                tar.addfile(info, io.BytesIO(raw))
-    else:
-        for member, raw in members.items():
-            (folder / member).parent.mkdir(parents=True, exist_ok=True)
-            (folder / member).write_bytes(raw)
+    write_members(folder, members, folder / py.archive if archive else None)
 
 
 # ----------------------------------------------------------------------------- registry

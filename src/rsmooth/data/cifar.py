@@ -276,20 +276,16 @@ class _Cifar(InMemoryDataset):
         searched = cls._places(data_dir)
         roots = set(search_roots(data_dir))
         for d in searched:
-            for folder in (d / layout.folder,) + (() if d in roots else (d,)):
-                if all((folder / n).is_file() for n in names):
-                    return _read_folder(folder, names), str(folder), False
-            archive = d / layout.archive
-            if archive.is_file():
-                cls._check_md5(archive, layout.archive, layout.md5)
-                return _read_archive(archive, layout.folder, names), str(archive), False
-            folder = d / py.folder
-            if all((folder / n).is_file() for n in py_names):
-                return _read_folder(folder, py_names), str(folder), True
-            archive = d / py.archive
-            if archive.is_file():
-                cls._check_md5(archive, py.archive, py.md5)
-                return _read_archive(archive, py.folder, py_names), str(archive), True
+            for lay, files, pickled in ((layout, names, False), (py, py_names, True)):
+                # the binary folder may also be the data folder itself (as torchvision keeps it)
+                extra = () if pickled or d in roots else (d,)
+                for folder in (d / lay.folder,) + extra:
+                    if all((folder / n).is_file() for n in files):
+                        return _read_folder(folder, files), str(folder), pickled
+                archive = d / lay.archive
+                if archive.is_file():
+                    cls._check_md5(archive, lay.archive, lay.md5)
+                    return _read_archive(archive, lay.folder, files), str(archive), pickled
         target = download_root(data_dir) / name / layout.archive
         manual = f"download {layout.urls[0]} (MD5 {layout.md5}) to {target}"
         if not download:
