@@ -204,8 +204,9 @@ def _check_resume(saved: Dict[str, Any], c: TrainConfig, path: Path) -> None:
 
 def _exclusive(fn: Callable[..., "TrainResult"]) -> Callable[..., "TrainResult"]:
     """Run ``fn(config, out, ...)`` once ``out`` is known to be a writable folder, holding the lock
-    ``out/.lock`` (a second process training into ``out`` is refused), after removing the temporary files a killed run left in ``out``; a
-    folder created here and left empty (bad settings) is removed."""
+    ``out/.lock`` (a second process training into ``out`` is refused), after removing the
+    temporary files a killed run left in ``out``; a folder created here and left empty (bad
+    settings) is removed."""
 
     @functools.wraps(fn)
     def locked(config: TrainConfig, out: str, **kw: Any) -> "TrainResult":
