@@ -154,3 +154,12 @@ def test_resume_is_bit_identical(cli_run, check_resume):
                          hparams={"sigma": 0.25, **HP})
     _, resumed = check_resume(config, cli_run)
     assert resumed.history[-1]["adv_l2"] > 0 and resumed.history[-1]["loss_con"] > 0
+
+
+def test_docstring_names_the_gradient_norm_deviation():
+    """The one deviation from the authors' SmoothAdv + Consistency code is written down: their
+    normalised gradient divides by ||g|| + 1e-8, rsmooth by max(||g||, 1e-12)."""
+    from rsmooth.methods.smoothadv import SmoothAdv
+
+    doc = " ".join(SmoothAdv.__doc__.split())
+    assert "1e-8" in doc and "1e-12" in doc and "train_consistency.py" in doc
