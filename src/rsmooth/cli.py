@@ -139,6 +139,9 @@ def _add_certify_options(p: argparse.ArgumentParser, mode: str) -> None:
                    help=f"Monte Carlo samples to {'vote' if mode == 'predict' else 'estimate the bound'} "
                    "(default: 100000)")
     p.add_argument("--alpha", type=float, default=0.001, help="failure probability in (0, 1) (default: 0.001)")
+    p.add_argument("--start", type=_integer, default=0,
+                   help="index of the first test example (as the CAT-RS and MACER scripts' --start; default: 0); "
+                   "with --skip and --max the examples are start, start+skip, ..., at most max of them")
     p.add_argument("--skip", type=_integer, default=1,
                    help="use every skip-th test example (Cohen: 20 for CIFAR-10, 100 for ImageNet; default: 1)")
     p.add_argument("--max", type=_integer, help="certify at most this many examples (default: all)")
@@ -250,9 +253,30 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--compile", action="store_true", help="compile the noisy forward pass (torch.export + inductor with frozen weights; seconds to start, then faster; recorded in OUT.json)")
         c.add_argument("--out", required=True, help="output TSV")
         c.add_argument("--overwrite", action="store_true", help="replace --out instead of continuing it")
+        c.add_argument("--shard", metavar="I/K",
+                       help="one of K independent jobs (a SLURM array, spot machines): certify every K-th "
+                       "example of the subset from position I (I = 0..K-1) into OUT with .shard-I-of-K before "
+                       "its suffix (certify.tsv -> certify.shard-0-of-4.tsv); rerun to continue it, then "
+                       "'rsmooth merge OUT' joins the K shards into the file one job writes. Under torchrun "
+                       "each rank takes shard RANK/WORLD_SIZE and rank 0 merges by itself")
         _add_common_data(c)
         _add_foreign_flags(c)
         c.set_defaults(func=cmd_certify, mode=name)
+
+    # merge ------------------------------------------------------------------------------
+    m = sub.add_parser("merge", help="join the shard files of 'certify/predict --shard I/K' into one TSV",
+                       description="Join the K shard files of a certification ('rsmooth certify|predict "
+                       "--shard I/K --out OUT' for I = 0..K-1) into OUT and OUT.json: the rows sorted by idx, "
+                       "the same file one job writes (the time column aside). The shards must all be "
+                       "complete, come from the same settings and together cover the subset exactly once; "
+                       "OUT is written atomically and the shard files are deleted afterwards.")
+    m.add_argument("files", nargs="*", metavar="FILE",
+                   help="OUT, the --out the shards were run with (its .shard-I-of-K files are found); or, "
+                   "with --out, the shard files themselves")
+    m.add_argument("--out", help="the merged TSV, when FILE lists the shard files")
+    m.add_argument("--overwrite", action="store_true", help="replace an OUT that holds a run with other settings")
+    m.add_argument("--keep-shards", action="store_true", help="keep the shard files after merging")
+    m.set_defaults(func=cmd_merge)
 
     # targets ----------------------------------------------------------------------------
     tg = sub.add_parser("targets", help="CAT-RS consistency targets of a Gaussian-trained model",
@@ -378,14 +402,30 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def cmd_certify(args: argparse.Namespace) -> None:
     from .engine import run_certification
+    from .engine.distributed import world
 
     out = run_certification(
         args.checkpoint, args.out, mode=args.mode, dataset=args.dataset, split=args.split,
         sigma=args.sigma, n0=getattr(args, "n0", 100), n=args.n, alpha=args.alpha,
-        batch_size=args.batch_size, skip=args.skip, max=args.max, seed=args.seed,
-        precision=args.precision, channels_last=args.channels_last, compile=args.compile,
+        batch_size=args.batch_size, start=args.start, skip=args.skip, max=args.max, shard=args.shard,
+        seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
         data_dir=args.data_dir, device=args.device, overwrite=args.overwrite)
-    print(f"results: {out}")
+    if world().main:
+        print(f"results: {out}")
+
+
+def cmd_merge(args: argparse.Namespace) -> None:
+    from .engine.shards import merge_certify
+
+    if args.out is None:
+        if len(args.files) != 1:
+            raise RsmoothError("merge takes OUT (the --out of the shards), or --out OUT and the shard files")
+        out, shards = args.files[0], []
+    else:
+        if not args.files:
+            raise RsmoothError(f"--out {args.out} without shard files: list them, or give OUT alone to find them")
+        out, shards = args.out, args.files
+    print(f"results: {merge_certify(out, shards, overwrite=args.overwrite, keep=args.keep_shards)}")
 
 
 def cmd_targets(args: argparse.Namespace) -> None:
@@ -409,7 +449,7 @@ def cmd_pipeline(args: argparse.Namespace) -> None:
         hparams=_method_args(args, args.recipe), train_overrides=overrides, target_samples=args.target_samples,
         target_augment=args.target_augment, n0=args.n0, n=args.n, alpha=args.alpha, skip=args.skip,
         max=args.max, seed=args.seed, compare_gaussian=args.compare_gaussian,
-        certify_options={"precision": args.precision, "channels_last": args.channels_last,
+        certify_options={"start": args.start, "precision": args.precision, "channels_last": args.channels_last,
                          "data_dir": args.data_dir, "device": args.device}))
 
 
@@ -530,8 +570,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             args = build_parser().parse_args(argv)
             args.func(args)
     except KeyboardInterrupt:
-        print(f"rsmooth: {'terminated' if terminated else 'interrupted'}; rerun the same command "
-              f"(train: add --resume) to continue", file=sys.stderr)
+        how = "terminated" if terminated else "interrupted"
+        size = os.environ.get("WORLD_SIZE", "1")
+        if size not in ("", "1"):  # torchrun stops every rank when one fails; its report says which
+            print(f"rsmooth: rank {os.environ.get('RANK', '?')} of {size}: {how} (torchrun stops all ranks "
+                  f"when one fails; its report names the first); rerun the same torchrun command "
+                  f"(train: add --resume) to continue", file=sys.stderr)
+        else:
+            print(f"rsmooth: {how}; rerun the same command (train: add --resume) to continue", file=sys.stderr)
         return 143 if terminated else 130
     except Exception as e:
         if debug:

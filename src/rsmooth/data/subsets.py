@@ -16,19 +16,24 @@ def _as_int(value: object, name: str) -> int:
         raise  # unreachable
 
 
-def certify_indices(length: int, skip: int = 1, max: Optional[int] = None) -> List[int]:
-    """Indices ``0, skip, 2*skip, ...`` below ``length``, at most ``max`` of them.
+def certify_indices(length: int, skip: int = 1, max: Optional[int] = None, start: int = 0) -> List[int]:
+    """Indices ``start, start+skip, start+2*skip, ...`` below ``length``, at most ``max`` of them.
 
     Cohen et al.'s ``certify.py`` takes every ``skip``-th example and stops when the
     *dataset index* equals ``max``, so a ``max`` that is not a multiple of ``skip``
     never stops early.  Here ``max`` counts certified examples: every 20th
-    CIFAR-10 test image with ``max=500`` is indices 0, 20, ..., 9980.
+    CIFAR-10 test image with ``max=500`` is indices 0, 20, ..., 9980.  ``start`` is the first
+    index, as the ``--start`` of the CAT-RS (Jeong, Kim, Shin 2023, arXiv 2212.09000) and MACER
+    (Zhai et al. 2020, arXiv 2001.02378) certification scripts; a start at or past ``length``
+    gives no indices.
     """
     length = _as_int(length, "length")
     skip = _as_int(skip, "skip")
+    start = _as_int(start, "start")
     check(length >= 0, f"length must be >= 0, got {length}")
     check(skip >= 1, f"skip must be >= 1, got {skip}")
-    indices = list(range(0, length, skip))
+    check(start >= 0, f"start must be >= 0 (the first example's index), got {start}")
+    indices = list(range(start, length, skip))
     if max is not None:
         max = _as_int(max, "max")
         check(max >= 1, f"max must be >= 1 (the number of examples to certify), got {max}")

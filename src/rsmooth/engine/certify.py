@@ -2,7 +2,8 @@
 
 Each example's noise comes from a generator seeded by ``(seed, idx)``, so results do not
 depend on the order, on interruptions or on how the work is split: a killed run resumes
-where it stopped (rows already in the TSV are skipped) and gives the same file.
+where it stopped (rows already in the TSV are skipped) and gives the same file, and shards
+(``shard=(I, K)``, or the ranks of a ``torchrun`` job) merge into that same file.
 Run metadata (sigma, n0, n, alpha, subset, precision, seed, checkpoint hash, versions) goes
 to the sidecar JSON so the TSV stays readable by every public codebase.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import datetime
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 
 from ..errors import RsmoothError, check
@@ -20,14 +21,15 @@ from ..metrics import CertifyWriter, read_sidecar, sidecar_path, write_sidecar
 from ..metrics.certify_io import TSV_HEADER
 from ..paths import check_output_file
 from ..smoothing import Smooth, max_certifiable_radius, validate_alpha, validate_count, validate_sigma
+from . import distributed
 from .checkpoint import (file_sha256, git_commit, load_model, resolve_checkpoint_path, resolve_device,
                          versions)
 from .seeding import generator, validate_seed
+from .shards import identity_diff, merge_certify, parse_shard, shard_path, shard_share
 from ..progress import progress_bar
 
-#: sidecar fields that must agree for a run to continue an existing TSV
-_RUN_IDENTITY = ("mode", "dataset", "split", "sigma", "n0", "n", "alpha", "skip", "max", "seed",
-                 "checkpoint_sha256", "precision", "channels_last")
+#: how long a rank that finished its shard waits for the others, at least
+_MIN_WAIT = datetime.timedelta(minutes=30)
 
 
 def run_certification(
@@ -42,8 +44,10 @@ def run_certification(
     n: int = 100_000,
     alpha: float = 0.001,
     batch_size: Optional[int] = None,
+    start: int = 0,
     skip: int = 1,
     max: Optional[int] = None,
+    shard: Optional[Union[str, Sequence[int]]] = None,
     seed: int = 0,
     precision: str = "fp32",
     channels_last: bool = False,
@@ -54,12 +58,18 @@ def run_certification(
     progress: bool = True,
     log: Callable[[str], None] = print,
 ) -> Path:
-    """Certify (or predict) every ``skip``-th ``split`` example, at most ``max`` of them.
+    """Certify (or predict) the ``split`` examples ``start, start+skip, ...``, at most ``max``.
 
     sigma and dataset default to the checkpoint's.  Writes ``out`` (TSV, one row per
     example, flushed as it goes; PREDICT rows carry radius 0) and ``out.json`` (metadata).
     An existing ``out`` from the same settings is continued; from other settings it is an
     error unless ``overwrite``.
+
+    ``shard=(I, K)`` (or ``"I/K"``) certifies only every K-th example of the subset from
+    position I, into ``out`` with ``.shard-I-of-K`` before its suffix (resumable on its own);
+    :func:`~rsmooth.engine.shards.merge_certify` joins the K shards into ``out``.  Under
+    ``torchrun`` each rank certifies shard RANK/WORLD_SIZE and rank 0 merges them into ``out``
+    (only rank 0 logs); rerunning the same ``torchrun`` command continues every shard.
     """
     from ..data import certify_indices, get_dataset
     from ..smoothing import DEFAULT_BATCH_SIZE
@@ -70,20 +80,32 @@ def run_certification(
         n0 = validate_count("n0", n0)
     alpha = validate_alpha(alpha)
     batch_size = validate_count("batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size)
+    start = validate_count("start", start, minimum=0)
     skip = validate_count("skip", skip)
     max = None if max is None else validate_count("max", max)
+    shard = None if shard is None else parse_shard(shard)
     seed = validate_seed(seed)
     if sigma is not None:
         sigma = validate_sigma(sigma)
-    dev = resolve_device(device)
+    world = distributed.world()
+    if world.size > 1:
+        check(shard is None, f"--shard {shard and shard[0]}/{shard and shard[1]} under torchrun: each rank "
+                             f"certifies shard RANK/WORLD_SIZE itself; drop --shard or run without torchrun")
+        shard = (world.rank, world.size)
+        if not world.main:
+            progress, log = False, _quiet
+    dev = distributed.rank_device(resolve_device(device), world)
     _check_out(out, resolve_checkpoint_path(checkpoint), overwrite)
+    if shard is not None:
+        _check_out(str(shard_path(out, shard)), resolve_checkpoint_path(checkpoint), overwrite)
     loaded = load_model(checkpoint, dataset=dataset)
     sigma = validate_sigma(sigma if sigma is not None else _require_sigma(loaded))
     if mode == "certify":
         _warn_small_n(n, alpha, sigma, log)
     model = loaded.model.to(dev)
     data = get_dataset(loaded.dataset, split, data_dir=data_dir)
-    indices = certify_indices(len(data), skip=skip, max=max)
+    indices = certify_indices(len(data), skip=skip, max=max, start=start)
+    check(bool(indices), f"--start {start} is past the last {split} example (index {len(data) - 1})")
     smooth = Smooth(model, loaded.num_classes, sigma, precision=precision,
                     channels_last=channels_last, compile=compile)
 
@@ -91,12 +113,70 @@ def run_certification(
     meta = {
         "mode": mode, "dataset": loaded.dataset, "split": split, "sigma": sigma,
         "n0": n0 if mode == "certify" else None, "n": n, "alpha": alpha, "batch_size": batch_size,
-        "skip": skip, "max": max, "num_examples": len(indices), "seed": seed,
+        "start": start, "skip": skip, "max": max, "num_examples": len(indices), "seed": seed,
         **smooth.mode(), "checkpoint": str(loaded.path), "checkpoint_sha256": file_sha256(loaded.path),
         "arch": loaded.arch, "data_fingerprint": data.fingerprint(), "device": str(dev),
         "versions": versions(), "git_commit": git_commit(),
         "started": datetime.datetime.now().isoformat(timespec="seconds"),
     }
+
+    def certify_one(i: int):
+        x, label = data[i]
+        g = generator(seed, mode, i, device=dev)
+        if mode == "certify":
+            pred, radius = smooth.certify(x, n0, n, alpha, batch_size, generator=g)
+        else:
+            pred, radius = smooth.predict(x, n, alpha, batch_size, generator=g), 0.0
+        return int(label), pred, radius
+
+    if shard is None:
+        _certify_into(out_path, indices, meta, certify_one, overwrite, progress, log)
+        return out_path
+    shard_meta = {**meta, "shard": list(shard), "subset_size": len(indices),
+                  "num_examples": len(shard_share(indices, shard))}
+    if world.size == 1:
+        return _certify_into(shard_path(out_path, shard), shard_share(indices, shard), shard_meta,
+                             certify_one, overwrite, progress, log)
+    with distributed.process_group(dev, timeout=datetime.timedelta(days=7)):
+        if not overwrite and _finished(out_path, meta):
+            log(f"{out_path} is already complete")
+            return out_path
+        t0 = time.perf_counter()
+        share = shard_share(indices, shard)
+        todo = _certify_into(shard_path(out_path, shard), share, shard_meta, certify_one, overwrite, progress,
+                             log, count_todo=True)
+        distributed.barrier(world, "the other ranks' shards",
+                            timeout=_wait_for_others(time.perf_counter() - t0, todo, len(share)))
+        if world.main:
+            merge_certify(out_path, [shard_path(out_path, (r, world.size)) for r in range(world.size)],
+                          overwrite=overwrite, log=log)
+    return out_path
+
+
+def _wait_for_others(seconds: float, done_here: int, share: int) -> Optional[datetime.timedelta]:
+    """How long a rank that certified ``done_here`` examples in ``seconds`` waits for the others:
+    each has at most ``share + 1`` examples, so a few times what a whole share takes here (at
+    least half an hour); None (the process group's timeout) when nothing was certified here."""
+    if not done_here:
+        return None
+    return max(_MIN_WAIT, datetime.timedelta(seconds=3 * seconds / done_here * (share + 1)))
+
+
+def _quiet(message: str) -> None:
+    """The log of ranks other than 0."""
+
+
+def _finished(out: Path, meta: dict) -> bool:
+    """Whether ``out`` holds a complete run of the same settings (a finished torchrun job rerun)."""
+    old = read_sidecar(out) if out.exists() else None
+    return old is not None and bool(old.get("complete")) and not identity_diff(old, meta)
+
+
+def _certify_into(out_path: Path, indices: List[int], meta: dict, certify_one: Callable[[int], Tuple],
+                  overwrite: bool, progress: bool, log: Callable[[str], None], count_todo: bool = False):
+    """Certify ``indices`` into ``out_path`` (continuing it when it holds the same run) under its
+    lock; returns ``out_path``, or the number of examples certified here if ``count_todo``."""
+    mode = meta["mode"]
     with run_lock(Path(f"{out_path}.lock"), out_path):
         remove_stale_temps(out_path, sidecar_path(out_path))
         resume = out_path.exists() and not overwrite
@@ -105,7 +185,7 @@ def run_certification(
             if old is None:
                 raise RsmoothError(f"{out_path} exists without its metadata {sidecar_path(out_path)}; "
                                    f"pass --overwrite to replace it or choose another --out")
-            diff = [k for k in _RUN_IDENTITY if old.get(k) != meta.get(k)]
+            diff = identity_diff(old, meta) + [k for k in ("shard",) if old.get(k) != meta.get(k)]
             if diff:
                 k = diff[0]
                 raise RsmoothError(f"{out_path} holds a run with {k}={old.get(k)!r}, not {meta.get(k)!r}; "
@@ -117,19 +197,13 @@ def run_certification(
             todo = [i for i in indices if i not in writer.done_indices]
             if resume and writer.done_indices:
                 log(f"continuing {out_path}: {len(indices) - len(todo)} of {len(indices)} examples done")
-            bar = progress_bar(todo, desc=mode, enabled=progress)
-            for i in bar:
-                x, label = data[i]
-                g = generator(seed, mode, i, device=dev)
+            for i in progress_bar(todo, desc=mode, enabled=progress):
                 t0 = time.perf_counter()
-                if mode == "certify":
-                    pred, radius = smooth.certify(x, n0, n, alpha, batch_size, generator=g)
-                else:
-                    pred, radius = smooth.predict(x, n, alpha, batch_size, generator=g), 0.0
-                writer.write(i, int(label), pred, radius, pred == int(label), time.perf_counter() - t0)
+                label, pred, radius = certify_one(i)
+                writer.write(i, label, pred, radius, pred == label, time.perf_counter() - t0)
         meta["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
         write_sidecar(out_path, {**meta, "complete": True})
-    return out_path
+    return len(todo) if count_todo else out_path
 
 
 def _check_out(out: str, checkpoint: Path, overwrite: bool) -> None:

@@ -1,0 +1,207 @@
+"""Sharded certification (issue 8, item 2): --start, --shard I/K + merge, and torchrun with 2 gloo
+ranks on CPU give the file a one-process run writes (the time column aside); killed shards and
+ranks resume."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import rsmooth
+from rsmooth.cli import main
+from rsmooth.data import certify_indices
+from rsmooth.engine.shards import parse_shard, shard_path, shard_share
+from rsmooth.errors import RsmoothError
+
+#: a subset with a start, a skip and a max that is not a multiple of 2 (shards of 6 and 5)
+SUBSET = ["--start", "1", "--skip", "3", "--max", "11"]
+FAST = ["--n", "200", "--n0", "50", "--batch-size", "200", "--device", "cpu", *SUBSET]
+#: slow enough per example (~0.3 s) that a kill lands mid-run
+SLOW = ["--n", "4000", "--n0", "50", "--batch-size", "1000", "--device", "cpu", *SUBSET]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "RSMOOTH_DEBUG": "",
+       "PYTHONPATH": os.pathsep.join([str(Path(rsmooth.__file__).parents[1]),
+                                      os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    out = tmp_path_factory.mktemp("model")
+    assert main(["train", "--dataset", "digits", "--sigma", "0.25", "--epochs", "3", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def one(model, tmp_path_factory):
+    """The one-process runs the sharded ones must equal: FAST and SLOW settings."""
+    root = tmp_path_factory.mktemp("one")
+    for name, flags in (("fast", FAST), ("slow", SLOW)):
+        assert main(["certify", "--checkpoint", str(model), *flags, "--out", str(root / f"{name}.tsv")]) == 0
+    return root
+
+
+def rows(path):
+    """Every column but time, line by line."""
+    return [line.split("\t")[:5] for line in Path(path).read_text().splitlines()]
+
+
+def certify(model, out, *flags):
+    return main(["certify", "--checkpoint", str(model), *map(str, flags), "--out", str(out)])
+
+
+def torchrun(*args):
+    cmd = ["torchrun", "--standalone", "--nproc-per-node", "2", "--monitor-interval", "0.1",
+           "-m", "rsmooth", "--", *map(str, args)]
+    return subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(condition, proc, what, timeout=120):
+    end = time.monotonic() + timeout
+    while not condition():
+        assert proc.poll() is None, f"finished before {what}: {proc.communicate()}"
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def one_line(capsys):
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+# ----------------------------------------------------------------------------- --start
+
+
+def test_start_skip_max_against_brute_force():
+    for length, start, skip, max in [(10, 0, 1, None), (10, 3, 1, None), (10, 1, 3, 2), (10, 2, 4, 100),
+                                     (360, 7, 20, 5), (10, 10, 1, None), (5, 9, 2, 3)]:
+        brute = []
+        for i in range(length):  # the reference scripts' loop, max counting certified examples
+            if i >= start and (i - start) % skip == 0 and (max is None or len(brute) < max):
+                brute.append(i)
+        assert certify_indices(length, skip=skip, max=max, start=start) == brute
+    with pytest.raises(RsmoothError, match="start must be >= 0"):
+        certify_indices(10, start=-1)
+
+
+def test_start_is_recorded_and_part_of_the_run(model, one, tmp_path, capsys):
+    meta = json.loads((one / "fast.tsv.json").read_text())
+    assert meta["start"] == 1 and meta["skip"] == 3 and meta["num_examples"] == 11 and meta["complete"]
+    assert [int(r[0]) for r in rows(one / "fast.tsv")[1:]] == list(range(1, 32, 3))
+    (tmp_path / "c.tsv").write_text((one / "fast.tsv").read_text())
+    (tmp_path / "c.tsv.json").write_text((one / "fast.tsv.json").read_text())
+    assert certify(model, tmp_path / "c.tsv", *FAST, "--start", 2) == 2  # a later --start wins in argparse
+    assert "holds a run with start=1, not 2" in one_line(capsys)
+    assert certify(model, tmp_path / "d.tsv", *FAST[:-6], "--start", 360) == 2
+    assert "--start 360 is past the last test example (index 359)" in one_line(capsys)
+
+
+# ----------------------------------------------------------------------------- --shard and merge
+
+
+def test_parse_shard_and_shares():
+    assert parse_shard("1/4") == (1, 4) and parse_shard((0, 1)) == (0, 1)
+    for bad in ("4/4", "-1/2", "1", "a/b", "1/0"):
+        with pytest.raises(RsmoothError, match="--shard"):
+            parse_shard(bad)
+    assert shard_path("runs/x/certify.tsv", (0, 4)) == Path("runs/x/certify.shard-0-of-4.tsv")
+    subset = list(range(1, 32, 3))
+    shares = [shard_share(subset, (i, 3)) for i in range(3)]
+    assert sorted(sum(shares, [])) == subset and [len(s) for s in shares] == [4, 4, 3]
+
+
+def test_shards_merge_into_the_one_process_file(model, one, tmp_path, capsys):
+    out = tmp_path / "c.tsv"
+    for i in (1, 0):
+        assert certify(model, out, *FAST, "--shard", f"{i}/2") == 0
+    shard = json.loads((tmp_path / "c.shard-1-of-2.tsv.json").read_text())
+    assert shard["shard"] == [1, 2] and shard["subset_size"] == 11 and shard["num_examples"] == 5
+    assert main(["merge", str(out)]) == 0
+    assert rows(out) == rows(one / "fast.tsv")
+    merged, single = (json.loads(Path(f"{p}.json").read_text()) for p in (out, one / "fast.tsv"))
+    assert "shard" not in merged and "subset_size" not in merged and merged["merged_shards"] == 2
+    for key in ("started", "finished", "merged_shards"):
+        merged.pop(key), single.pop(key, None)
+    assert merged == single
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.tsv", "c.tsv.json"]  # shards removed
+    assert main(["merge", str(out)]) == 2 and "no shard files of" in one_line(capsys)
+
+
+def test_killed_shard_resumes_and_merges_the_same(model, one, tmp_path):
+    out = tmp_path / "c.tsv"
+    part = shard_path(out, (1, 2))
+    cmd = [sys.executable, "-m", "rsmooth", "certify", "--checkpoint", str(model), *SLOW, "--shard", "1/2",
+           "--out", str(out)]
+    p = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: part.exists() and len(part.read_text().splitlines()) >= 2, p, "the first row")
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert 1 <= len(rows(part)) - 1 < 5 and not json.loads(Path(f"{part}.json").read_text())["complete"]
+    assert certify(model, out, *SLOW, "--shard", "0/2") == 0
+    assert main(["merge", str(out)]) == 2  # shard 1 is incomplete
+    assert subprocess.run(cmd, env=ENV, capture_output=True).returncode == 0  # the same command resumes
+    assert main(["merge", "--keep-shards", "--out", str(out), str(part), str(shard_path(out, (0, 2)))]) == 0
+    assert rows(out) == rows(one / "slow.tsv") and part.exists()
+
+
+def test_merge_errors_are_one_line(model, tmp_path, capsys):
+    out = tmp_path / "c.tsv"
+    assert certify(model, out, *FAST, "--shard", "0/3") == 0
+    assert main(["merge", str(out)]) == 2
+    assert f"shard 1/3 of {out} is missing ({tmp_path / 'c.shard-1-of-3.tsv'} not found); run its certify " \
+           f"command with --shard 1/3" in one_line(capsys)
+    assert certify(model, out, *FAST, "--shard", "1/3", "--n", 300) == 0
+    assert certify(model, out, *FAST, "--shard", "2/3") == 0
+    assert main(["merge", str(out)]) == 2
+    assert "shard 1/3 (" in (err := one_line(capsys)) and "was run with n=300, shard 0/3 with 200" in err
+    assert certify(model, out, *FAST, "--shard", "1/3", "--overwrite") == 0
+    assert certify(model, tmp_path / "o.tsv", *FAST, "--shard", "1/2") == 0  # a shard of another run
+    assert main(["merge", "--out", str(out), str(shard_path(out, (0, 3))), str(tmp_path / "o.shard-1-of-2.tsv")]) == 2
+    assert "different shard counts (2, 3)" in one_line(capsys)
+    assert main(["merge", "--out", str(out), *(str(shard_path(out, (i, 3))) for i in (0, 1, 1, 2))]) == 2
+    assert f"shard file {shard_path(out, (1, 3))} is given twice" in one_line(capsys)
+    damaged = shard_path(out, (2, 3))
+    damaged.write_text("\n".join(damaged.read_text().splitlines()[:-1]) + "\n")  # a row lost
+    assert main(["merge", str(out)]) == 2
+    assert "does not hold exactly its share of the subset (idx 25 is missing)" in one_line(capsys)
+    assert certify(model, out, *FAST, "--shard", "2/3") == 0  # the same command completes it
+    other = {**json.loads(Path(f"{shard_path(out, (0, 3))}.json").read_text()), "n": 1000}
+    Path(f"{out}.json").write_text(json.dumps(other))  # an OUT from another run
+    assert main(["merge", str(out)]) == 2 and "holds a run with n=1000, not 200; pass --overwrite" in one_line(capsys)
+    assert main(["merge", "--overwrite", str(out)]) == 0
+    assert certify(model, out, "--shard", "2/2") == 2
+    assert "--shard 2/2: the shard index must be in 0..1" in one_line(capsys)
+
+
+# ----------------------------------------------------------------------------- torchrun
+
+
+def test_torchrun_two_ranks_equal_one_process(model, one, tmp_path):
+    out = tmp_path / "c.tsv"
+    p = torchrun("certify", "--checkpoint", model, *FAST, "--out", out)
+    stdout, stderr = p.communicate(timeout=180)
+    assert p.returncode == 0, stderr
+    assert stdout.count("results:") == 1 and stdout.count("merged 2 shards") == 1  # rank 0 only
+    assert rows(out) == rows(one / "fast.tsv")
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["c.tsv", "c.tsv.json"]
+
+
+def test_torchrun_killed_rank_stops_the_job_and_rerun_finishes(model, one, tmp_path):
+    out = tmp_path / "c.tsv"
+    shard1 = shard_path(out, (1, 2))
+    p = torchrun("certify", "--checkpoint", model, *SLOW, "--out", out)
+    lock = Path(f"{shard1}.lock")
+    wait_for(lambda: shard1.exists() and len(shard1.read_text().splitlines()) >= 2 and lock.exists(), p,
+             "rank 1's first row")
+    os.kill(int(lock.read_text()), signal.SIGKILL)  # the lock holds rank 1's pid
+    _, stderr = p.communicate(timeout=120)
+    assert p.returncode != 0
+    assert "rsmooth: rank 0 of 2: " in stderr and "rerun the same torchrun command" in stderr, stderr
+    assert not out.exists()
+    p = torchrun("certify", "--checkpoint", model, *SLOW, "--out", out)
+    stdout, stderr = p.communicate(timeout=180)
+    assert p.returncode == 0, stderr
+    assert rows(out) == rows(one / "slow.tsv")
