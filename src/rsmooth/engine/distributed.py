@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import re
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -107,5 +108,6 @@ def barrier(w: World, what: str, timeout: Optional[datetime.timedelta] = None) -
         else:
             work.wait(timeout=timeout)
     except RuntimeError as e:
+        detail = re.sub(r"^\[[^\]]*\]\s*", "", first_line(e))  # gloo's source location
         raise RsmoothError(f"{w}: another rank stopped or hangs while waiting for {what} "
-                           f"({first_line(e)}); {RERUN}") from None
+                           f"({detail}); {RERUN}") from None
