@@ -1,6 +1,6 @@
-"""Sharded certification (issue 8, item 2): --start, --shard I/K + merge, and torchrun with 2 gloo
-ranks on CPU give the file a one-process run writes (the time column aside); killed shards and
-ranks resume."""
+"""Sharded certification and targets (issue 8, item 2): --start, --shard I/K + merge, and torchrun
+with 2 gloo ranks on CPU give the file a one-process run writes (a certify TSV's time column
+aside); killed shards and ranks resume."""
 import json
 import os
 import signal
@@ -15,6 +15,7 @@ import rsmooth
 from rsmooth.cli import main
 from rsmooth.data import certify_indices
 from rsmooth.engine.shards import parse_shard, shard_path, shard_share
+from rsmooth.engine.targets import compute_targets
 from rsmooth.errors import RsmoothError
 
 #: a subset with a start, a skip and a max that is not a multiple of 2 (shards of 6 and 5)
@@ -142,7 +143,7 @@ def test_killed_shard_resumes_and_merges_the_same(model, one, tmp_path):
     assert 1 <= len(rows(part)) - 1 < 5 and not json.loads(Path(f"{part}.json").read_text())["complete"]
     assert certify(model, out, *SLOW, "--shard", "0/2") == 0
     assert main(["merge", str(out)]) == 2  # shard 1 is incomplete
-    assert subprocess.run(cmd, env=ENV, capture_output=True).returncode == 0  # the same command resumes
+    assert certify(model, out, *SLOW, "--shard", "1/2") == 0  # the same command resumes
     assert main(["merge", "--keep-shards", "--out", str(out), str(part), str(shard_path(out, (0, 2)))]) == 0
     assert rows(out) == rows(one / "slow.tsv") and part.exists()
 
@@ -205,3 +206,28 @@ def test_torchrun_killed_rank_stops_the_job_and_rerun_finishes(model, one, tmp_p
     stdout, stderr = p.communicate(timeout=180)
     assert p.returncode == 0, stderr
     assert rows(out) == rows(one / "slow.tsv")
+
+
+# ----------------------------------------------------------------------------- targets
+
+
+def test_targets_shards_and_torchrun_give_the_one_process_file(model, tmp_path, capsys):
+    quiet = dict(num_samples=20, device="cpu", progress=False, log=lambda s: None)
+    one = compute_targets(str(model), str(tmp_path / "one.npy"), **quiet)
+    out = tmp_path / "t.npy"
+    compute_targets(str(model), str(out), shard=(1, 2), stop_after_blocks=1, **quiet)  # killed after a block
+    compute_targets(str(model), str(out), shard="0/2", **quiet)
+    assert main(["merge", str(out)]) == 2
+    assert f"targets shard 1/2 ({shard_path(out, (1, 2))}) is incomplete" in one_line(capsys)
+    compute_targets(str(model), str(out), shard="1/2", **quiet)  # resumes
+    assert main(["merge", str(out)]) == 0
+    assert out.read_bytes() == one.read_bytes()
+    assert Path(f"{out}.json").read_text() == Path(f"{one}.json").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.npy", "one.npy.json", "t.npy", "t.npy.json"]
+
+    ranks = tmp_path / "r.npy"
+    p = torchrun("targets", "--checkpoint", model, "--num-samples", 20, "--device", "cpu", "--out", ranks)
+    stdout, stderr = p.communicate(timeout=180)
+    assert p.returncode == 0, stderr
+    assert stdout.count("targets:") == 1 and ranks.read_bytes() == one.read_bytes()
+    assert Path(f"{ranks}.json").read_text() == Path(f"{one}.json").read_text()

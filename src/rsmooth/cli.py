@@ -264,12 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
         c.set_defaults(func=cmd_certify, mode=name)
 
     # merge ------------------------------------------------------------------------------
-    m = sub.add_parser("merge", help="join the shard files of 'certify/predict --shard I/K' into one TSV",
+    m = sub.add_parser("merge", help="join the shard files of 'certify|predict|targets --shard I/K'",
                        description="Join the K shard files of a certification ('rsmooth certify|predict "
                        "--shard I/K --out OUT' for I = 0..K-1) into OUT and OUT.json: the rows sorted by idx, "
                        "the same file one job writes (the time column aside). The shards must all be "
                        "complete, come from the same settings and together cover the subset exactly once; "
-                       "OUT is written atomically and the shard files are deleted afterwards.")
+                       "OUT is written atomically and the shard files are deleted afterwards. Shards of "
+                       "'rsmooth targets --shard I/K' merge the same way, into the targets file one job writes.")
     m.add_argument("files", nargs="*", metavar="FILE",
                    help="OUT, the --out the shards were run with (its .shard-I-of-K files are found); or, "
                    "with --out, the shard files themselves")
@@ -296,6 +297,10 @@ def build_parser() -> argparse.ArgumentParser:
     tg.add_argument("--channels-last", action="store_true", help="channels-last memory format")
     tg.add_argument("--out", required=True, help="output .npy file")
     tg.add_argument("--overwrite", action="store_true", help="recompute even if --out exists")
+    tg.add_argument("--shard", metavar="I/K",
+                    help="one of K independent jobs: compute the blocks of 256 images b with b %% K == I into "
+                    "OUT with .shard-I-of-K before its suffix (resumable); 'rsmooth merge OUT' joins the K "
+                    "shards into the file one job writes. Under torchrun each rank takes shard RANK/WORLD_SIZE")
     _add_common_data(tg)
     _add_foreign_flags(tg)
     tg.set_defaults(func=cmd_targets)
@@ -415,7 +420,11 @@ def cmd_certify(args: argparse.Namespace) -> None:
 
 
 def cmd_merge(args: argparse.Namespace) -> None:
-    from .engine.shards import merge_certify
+    from pathlib import Path
+
+    from .engine.shards import find_shards, merge_certify
+    from .engine.targets import merge_targets
+    from .metrics import read_sidecar
 
     if args.out is None:
         if len(args.files) != 1:
@@ -425,17 +434,24 @@ def cmd_merge(args: argparse.Namespace) -> None:
         if not args.files:
             raise RsmoothError(f"--out {args.out} without shard files: list them, or give OUT alone to find them")
         out, shards = args.out, args.files
-    print(f"results: {merge_certify(out, shards, overwrite=args.overwrite, keep=args.keep_shards)}")
+    first = Path(shards[0]) if shards else next(iter(find_shards(out)))
+    if (read_sidecar(first) or {}).get("kind") == "rsmooth-targets":
+        print(f"targets: {merge_targets(out, shards, keep=args.keep_shards)}")
+    else:
+        print(f"results: {merge_certify(out, shards, overwrite=args.overwrite, keep=args.keep_shards)}")
 
 
 def cmd_targets(args: argparse.Namespace) -> None:
+    from .engine.distributed import world
     from .engine.targets import compute_targets
 
     out = compute_targets(args.checkpoint, args.out, dataset=args.dataset, num_samples=args.num_samples,
                           sigma=args.sigma, batch_size=args.batch_size, augment=args.augment,
                           seed=args.seed, precision=args.precision, channels_last=args.channels_last,
-                          data_dir=args.data_dir, device=args.device, overwrite=args.overwrite)
-    print(f"targets: {out}")
+                          data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
+                          shard=args.shard)
+    if world().main:
+        print(f"targets: {out}")
 
 
 def cmd_pipeline(args: argparse.Namespace) -> None:

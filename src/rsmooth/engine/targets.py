@@ -16,14 +16,22 @@ augmentation and seed.  While running, counts go to ``OUT.partial.npy`` with a d
 in flight and resumes where it stopped with identical results.  The run is complete when
 ``OUT`` appears (its metadata says ``complete`` before that); a rerun of the same command
 finishes or tidies up whatever state a kill left, and two runs on one ``OUT`` are refused.
+
+Shards: ``shard=(I, K)`` computes the blocks b with ``b % K == I`` into ``OUT`` with
+``.shard-I-of-K`` before its suffix (only those blocks' rows, in block order; resumable on its
+own); :func:`merge_targets` joins the K shards into the ``OUT`` a one-process run writes (each
+block's noise and augmentation are seeded by ``(seed, block)``).  Under ``torchrun`` rank r
+computes shard r/W and rank 0 merges.
 """
 from __future__ import annotations
 
+import contextlib
+import datetime
 import errno
 import json
 import os
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -34,7 +42,9 @@ from ..paths import check_output_file
 from ..progress import progress_bar
 from ..smoothing import Smooth, validate_count, validate_sigma
 from .checkpoint import file_sha256, resolve_checkpoint_path, resolve_device, load_model, versions
+from . import distributed
 from .seeding import generator, validate_seed
+from .shards import find_shards, parse_shard, shard_path
 
 #: images per resumable block (fixed, so seeds and augmentation do not depend on restarts)
 BLOCK = 256
@@ -65,6 +75,7 @@ def compute_targets(
     log: Callable[[str], None] = print,
     stop_after_blocks: Optional[int] = None,
     overwrite: bool = False,
+    shard: Optional[Union[str, Sequence[int]]] = None,
 ) -> Path:
     """Compute (or continue computing) the consistency targets of ``checkpoint``'s model.
 
@@ -77,6 +88,9 @@ def compute_targets(
         stop_after_blocks: stop as if killed after this many blocks (tests).
         overwrite: recompute even if ``out`` exists (otherwise a finished file with the same
             settings is returned as is, and one with other settings is an error).
+        shard: ``(I, K)`` or ``"I/K"``: compute only blocks ``b % K == I``, into ``out`` with
+            ``.shard-I-of-K`` before its suffix (see :func:`merge_targets`); under torchrun each
+            rank computes shard RANK/WORLD_SIZE and rank 0 merges them into ``out``.
     """
     from ..data import get_dataset
     from ..smoothing import DEFAULT_BATCH_SIZE
@@ -84,12 +98,20 @@ def compute_targets(
     num_samples = validate_count("num_samples", num_samples)
     batch_size = validate_count("batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size)
     seed = validate_seed(seed)
+    shard = None if shard is None else parse_shard(shard)
+    world = distributed.world()
+    if world.size > 1:
+        check(shard is None, "--shard under torchrun: each rank computes shard RANK/WORLD_SIZE itself; "
+                             "drop --shard or run without torchrun")
+        shard = (world.rank, world.size)
+        if not world.main:
+            progress, log = False, _quiet
     check_output_file(out, inputs=[resolve_checkpoint_path(checkpoint)])
     loaded = load_model(checkpoint, dataset=dataset)
     check(sigma is not None or loaded.sigma is not None,
           f"checkpoint {loaded.path} does not record sigma; pass --sigma (0.25 in the papers)")
     sigma = validate_sigma(sigma if sigma is not None else loaded.sigma)
-    dev = resolve_device(device)
+    dev = distributed.rank_device(resolve_device(device), world)
     data = get_dataset(loaded.dataset, "train", data_dir=data_dir)
     smooth = Smooth(loaded.model.to(dev), loaded.num_classes, sigma, precision=precision,
                     channels_last=channels_last)
@@ -100,11 +122,59 @@ def compute_targets(
             "num_samples": num_samples, "augment": bool(augment), "seed": seed,
             "num_classes": loaded.num_classes, **smooth.mode(), "versions": versions()}
     n, k = len(data), loaded.num_classes
+
+    def votes(b: int) -> np.ndarray:
+        idx = torch.arange(b * BLOCK, min((b + 1) * BLOCK, n))
+        x, _ = data.get_batch(idx, augment=augment, generator=generator(seed, "targets-augment", b))
+        g = generator(seed, "targets", b, device=dev)
+        return smooth.count_votes(x, num_samples, batch_size, generator=g).cpu().numpy()
+
+    blocks = list(range((n + BLOCK - 1) // BLOCK))
+    if shard is None:
+        return _compute(out_path, blocks, n, k, meta, votes, overwrite, progress, log, stop_after_blocks)
+    shard_meta = {**meta, "shard": list(shard), "num_rows": n}
+    share = blocks[shard[0]::shard[1]]
+    if world.size == 1:
+        return _compute(shard_path(out_path, shard), share, n, k, shard_meta, votes, overwrite, progress, log,
+                        stop_after_blocks)
+    with distributed.process_group(dev, timeout=datetime.timedelta(days=7)):
+        old = _read_meta(_meta_path(out_path))
+        if not overwrite and out_path.exists() and old is not None and old.get("complete") \
+                and all(old.get(f) == meta.get(f) for f in _IDENTITY):
+            log(f"{out_path} is already computed")
+            return out_path
+        _compute(shard_path(out_path, shard), share, n, k, shard_meta, votes, overwrite, progress, log,
+                 stop_after_blocks)
+        distributed.barrier(world, "the other ranks' shards")
+        if world.main:
+            merge_targets(out_path, [shard_path(out_path, (r, world.size)) for r in range(world.size)], log=log)
+    return out_path
+
+
+def _quiet(message: str) -> None:
+    """The log of ranks other than 0."""
+
+
+def _block_rows(n: int, blocks: Sequence[int]) -> Tuple[List[int], int]:
+    """The first row of each of ``blocks`` in an array holding only their rows, and its length."""
+    offsets, rows = [], 0
+    for b in blocks:
+        offsets.append(rows)
+        rows += min(BLOCK, n - b * BLOCK)
+    return offsets, rows
+
+
+def _compute(out_path: Path, blocks: List[int], n: int, k: int, meta: dict, votes, overwrite: bool,
+             progress: bool, log: Callable[[str], None], stop_after_blocks: Optional[int]) -> Path:
+    """Compute ``blocks`` (of the ``n`` training images) into ``out_path``: their rows, in block
+    order, with partial files for resuming, under ``out_path``'s lock."""
+    offsets, rows = _block_rows(n, blocks)
+    num_samples = meta["num_samples"]
     with run_lock(out_path.with_name(out_path.name + ".lock"), out_path):
         files = _Files(out_path)
         remove_stale_temps(out_path, files.meta, files.partial, files.done)
         old = _read_meta(files.meta)
-        diff = [f for f in _IDENTITY if old is not None and old.get(f) != meta.get(f)]
+        diff = [f for f in (*_IDENTITY, "shard") if old is not None and old.get(f) != meta.get(f)]
         if overwrite:
             files.remove(out_path)
         elif out_path.exists():
@@ -120,7 +190,7 @@ def compute_targets(
             if diff:
                 raise RsmoothError(f"{files.partial} was started with {diff[0]}={old.get(diff[0])!r}, not "
                                    f"{meta.get(diff[0])!r}; delete {files.partial} and {files.done} to start over")
-            done = files.read_done(n, k)
+            done = files.read_done(rows, k, len(blocks))
             if done is None:
                 log(f"{files.partial} or {files.done} is unreadable (left by an interrupted run); "
                     f"starting over")
@@ -128,20 +198,18 @@ def compute_targets(
                 log(f"continuing {out_path}: {int(done.sum())} of {len(done)} blocks done")
         if done is None:
             _write_json(files.meta, {**meta, "complete": False})
-            done = files.create(n, k)
-        todo = [b for b in range(len(done)) if not done[b]]
-        bar = progress_bar(total=n, initial=n - sum(min(BLOCK, n - b * BLOCK) for b in todo), desc="targets",
-                           enabled=progress)
-        for i, b in enumerate(todo):
+            done = files.create(rows, k, len(blocks))
+        todo = [j for j in range(len(done)) if not done[j]]
+        left = sum(min(BLOCK, n - blocks[j] * BLOCK) for j in todo)
+        bar = progress_bar(total=rows, initial=rows - left, desc="targets", enabled=progress)
+        for i, j in enumerate(todo):
             if stop_after_blocks is not None and i >= stop_after_blocks:
                 return out_path
-            idx = torch.arange(b * BLOCK, min((b + 1) * BLOCK, n))
-            x, _ = data.get_batch(idx, augment=augment, generator=generator(seed, "targets-augment", b))
-            votes = smooth.count_votes(x, num_samples, batch_size, generator=generator(seed, "targets", b, device=dev))
-            files.write_rows(b * BLOCK, votes.cpu().numpy())
-            done[b] = 1
+            counts = votes(blocks[j])
+            files.write_rows(offsets[j], counts)
+            done[j] = 1
             files.write_done(done)
-            bar.update(len(idx))
+            bar.update(len(counts))
         bar.close()
         counts = np.load(files.partial, mmap_mode="r")
         freqs = (np.asarray(counts, dtype=np.float64) / num_samples).astype(np.float32)
@@ -151,6 +219,63 @@ def compute_targets(
         atomic_write(out_path, lambda f: np.save(f, freqs))
         files.remove()
     return out_path
+
+
+def merge_targets(out: Union[str, Path], shards: Optional[Sequence[Union[str, Path]]] = None, *,
+                  keep: bool = False, log: Callable[[str], None] = print) -> Path:
+    """Join the K shard files of a targets run (``shard=(I, K)``) into ``out`` and its metadata,
+    the files a one-process run writes; the shards must all be complete and from the same
+    settings.  The shard files are deleted afterwards unless ``keep``."""
+    out = Path(out)
+    paths = [Path(p) for p in shards] if shards else find_shards(out)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(run_lock(out.with_name(out.name + ".lock"), out))
+        for p in paths:
+            stack.enter_context(run_lock(p.with_name(p.name + ".lock"), p))
+        metas = []
+        for p in paths:
+            meta = _read_meta(_meta_path(p))
+            check(meta is not None and isinstance(meta.get("shard"), list),
+                  f"{p} is not a targets shard (no metadata {_meta_path(p)} naming a shard); rerun its command")
+            i, k = meta["shard"]
+            check(meta.get("complete") and p.exists(),
+                  f"targets shard {i}/{k} ({p}) is incomplete; rerun its command to finish it")
+            metas.append(meta)
+        first = metas[0]
+        k = first["shard"][1]
+        for p, meta in zip(paths, metas):
+            diff = [f for f in (*_IDENTITY, "num_rows") if meta.get(f) != first.get(f)]
+            if diff or meta["shard"][1] != k:
+                what = diff[0] if diff else "shard count"
+                raise RsmoothError(f"targets shard {p} was run with {what}={meta.get(what, meta['shard'][1])!r}, "
+                                   f"{paths[0]} with {first.get(what, k)!r}; rerun it with the others' settings")
+        by_shard = {m["shard"][0]: p for p, m in zip(paths, metas)}
+        for i in range(k):
+            if i not in by_shard:
+                p = shard_path(out, (i, k))
+                started = _meta_path(p).exists()  # its partial files hold what it computed
+                raise RsmoothError(f"targets shard {i}/{k} ({p}) is {'incomplete' if started else 'missing'}; "
+                                   f"{'rerun' if started else 'run'} its command (with --shard {i}/{k}) to finish it")
+        check(len(by_shard) == len(paths), f"a targets shard of {out} is given twice")
+        n = first["num_rows"]
+        blocks = list(range((n + BLOCK - 1) // BLOCK))
+        freqs = np.empty((n, first["num_classes"]), dtype=np.float32)
+        for i in range(k):
+            part = np.load(by_shard[i], allow_pickle=False)
+            offsets, rows = _block_rows(n, blocks[i::k])
+            check(part.shape == (rows, freqs.shape[1]), f"targets shard {by_shard[i]} has shape {part.shape}, "
+                                                        f"expected ({rows}, {freqs.shape[1]}); rerun it with --overwrite")
+            for b, o in zip(blocks[i::k], offsets):
+                freqs[b * BLOCK:min((b + 1) * BLOCK, n)] = part[o:o + min(BLOCK, n - b * BLOCK)]
+        merged = {f: v for f, v in first.items() if f not in ("shard", "num_rows")}
+        _write_json(_meta_path(out), {**merged, "complete": True})
+        atomic_write(out, lambda f: np.save(f, freqs))
+        if not keep:
+            for p in paths:
+                _meta_path(p).unlink(missing_ok=True)
+                p.unlink(missing_ok=True)
+    log(f"merged {k} shards into {out}")
+    return out
 
 
 class _Files:
@@ -167,25 +292,25 @@ class _Files:
         self.partial = out.with_name(out.name + ".partial.npy")
         self.done = out.with_name(out.name + ".done.npy")
 
-    def create(self, n: int, k: int) -> np.ndarray:
+    def create(self, n: int, k: int, blocks: int) -> np.ndarray:
         def zeros(f):
             np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.int32)),
                                                      "fortran_order": False, "shape": (n, k)})
             _allocate(f, f.tell() + n * k * 4)
 
         atomic_write(self.partial, zeros)
-        done = np.zeros((n + BLOCK - 1) // BLOCK, dtype=np.uint8)
+        done = np.zeros(blocks, dtype=np.uint8)
         self.write_done(done)
         return done
 
-    def read_done(self, n: int, k: int) -> Optional[np.ndarray]:
+    def read_done(self, n: int, k: int, blocks: int) -> Optional[np.ndarray]:
         """The done-mask, or None when either file is unreadable or of the wrong shape."""
         try:
             counts = np.load(self.partial, mmap_mode="r")
             done = np.load(self.done, allow_pickle=False)
         except (OSError, ValueError, EOFError):
             return None
-        if counts.shape != (n, k) or counts.dtype != np.int32 or done.shape != ((n + BLOCK - 1) // BLOCK,):
+        if counts.shape != (n, k) or counts.dtype != np.int32 or done.shape != (blocks,):
             return None
         return done.astype(np.uint8)
 
