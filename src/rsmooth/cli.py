@@ -436,7 +436,7 @@ def cmd_merge(args: argparse.Namespace) -> None:
         out, shards = args.out, args.files
     first = Path(shards[0]) if shards else next(iter(find_shards(out)))
     if (read_sidecar(first) or {}).get("kind") == "rsmooth-targets":
-        print(f"targets: {merge_targets(out, shards, keep=args.keep_shards)}")
+        print(f"targets: {merge_targets(out, shards, overwrite=args.overwrite, keep=args.keep_shards)}")
     else:
         print(f"results: {merge_certify(out, shards, overwrite=args.overwrite, keep=args.keep_shards)}")
 

@@ -89,8 +89,8 @@ def run_certification(
         sigma = validate_sigma(sigma)
     world = distributed.world()
     if world.size > 1:
-        check(shard is None, f"--shard {shard and shard[0]}/{shard and shard[1]} under torchrun: each rank "
-                             f"certifies shard RANK/WORLD_SIZE itself; drop --shard or run without torchrun")
+        check(shard is None, "--shard under torchrun: each rank certifies shard RANK/WORLD_SIZE itself; "
+                             "drop --shard or run without torchrun")
         shard = (world.rank, world.size)
         if not world.main:
             progress, log = False, _quiet
@@ -167,9 +167,14 @@ def _quiet(message: str) -> None:
 
 
 def _finished(out: Path, meta: dict) -> bool:
-    """Whether ``out`` holds a complete run of the same settings (a finished torchrun job rerun)."""
-    old = read_sidecar(out) if out.exists() else None
-    return old is not None and bool(old.get("complete")) and not identity_diff(old, meta)
+    """Whether ``out`` holds a complete run of the same settings (a finished torchrun job rerun);
+    an ``out`` of other settings is an error now rather than after the shards are done."""
+    old = read_sidecar(out)
+    diff = [] if old is None else identity_diff(old, meta)
+    if diff:
+        raise RsmoothError(f"{out} holds a run with {diff[0]}={old.get(diff[0])!r}, not {meta.get(diff[0])!r}; "
+                           f"pass --overwrite to replace it or choose another --out")
+    return old is not None and bool(old.get("complete")) and out.exists()
 
 
 def _certify_into(out_path: Path, indices: List[int], meta: dict, certify_one: Callable[[int], Tuple],

@@ -139,15 +139,20 @@ def compute_targets(
                         stop_after_blocks)
     with distributed.process_group(dev, timeout=datetime.timedelta(days=7)):
         old = _read_meta(_meta_path(out_path))
-        if not overwrite and out_path.exists() and old is not None and old.get("complete") \
-                and all(old.get(f) == meta.get(f) for f in _IDENTITY):
-            log(f"{out_path} is already computed")
-            return out_path
+        diff = [f for f in _IDENTITY if old is not None and old.get(f) != meta.get(f)]
+        if not overwrite and out_path.exists():  # now, not after every shard is computed
+            if diff:
+                raise RsmoothError(f"{out_path} exists with {diff[0]}={old.get(diff[0])!r}, not "
+                                   f"{meta.get(diff[0])!r}; pass --overwrite or choose another --out")
+            if old is not None and old.get("complete"):
+                log(f"{out_path} is already computed")
+                return out_path
         _compute(shard_path(out_path, shard), share, n, k, shard_meta, votes, overwrite, progress, log,
                  stop_after_blocks)
         distributed.barrier(world, "the other ranks' shards")
         if world.main:
-            merge_targets(out_path, [shard_path(out_path, (r, world.size)) for r in range(world.size)], log=log)
+            merge_targets(out_path, [shard_path(out_path, (r, world.size)) for r in range(world.size)],
+                          overwrite=overwrite, log=log)
     return out_path
 
 
@@ -222,10 +227,11 @@ def _compute(out_path: Path, blocks: List[int], n: int, k: int, meta: dict, vote
 
 
 def merge_targets(out: Union[str, Path], shards: Optional[Sequence[Union[str, Path]]] = None, *,
-                  keep: bool = False, log: Callable[[str], None] = print) -> Path:
+                  overwrite: bool = False, keep: bool = False, log: Callable[[str], None] = print) -> Path:
     """Join the K shard files of a targets run (``shard=(I, K)``) into ``out`` and its metadata,
     the files a one-process run writes; the shards must all be complete and from the same
-    settings.  The shard files are deleted afterwards unless ``keep``."""
+    settings.  An ``out`` of other settings is refused unless ``overwrite``.  The shard files are
+    deleted afterwards unless ``keep``."""
     out = Path(out)
     paths = [Path(p) for p in shards] if shards else find_shards(out)
     with contextlib.ExitStack() as stack:
@@ -257,6 +263,11 @@ def merge_targets(out: Union[str, Path], shards: Optional[Sequence[Union[str, Pa
                 raise RsmoothError(f"targets shard {i}/{k} ({p}) is {'incomplete' if started else 'missing'}; "
                                    f"{'rerun' if started else 'run'} its command (with --shard {i}/{k}) to finish it")
         check(len(by_shard) == len(paths), f"a targets shard of {out} is given twice")
+        old = _read_meta(_meta_path(out))
+        diff = [f for f in _IDENTITY if old is not None and not overwrite and old.get(f) != first.get(f)]
+        if diff:
+            raise RsmoothError(f"{out} exists with {diff[0]}={old.get(diff[0])!r}, not {first.get(diff[0])!r}; "
+                               f"pass --overwrite or choose another --out")
         n = first["num_rows"]
         blocks = list(range((n + BLOCK - 1) // BLOCK))
         freqs = np.empty((n, first["num_classes"]), dtype=np.float32)
