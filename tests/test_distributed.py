@@ -131,6 +131,17 @@ def test_shards_merge_into_the_one_process_file(model, one, tmp_path, capsys):
     assert main(["merge", str(out)]) == 2 and "no shard files of" in one_line(capsys)
 
 
+def test_predict_shards_merge_into_the_one_process_file(model, tmp_path):
+    flags = ["--n", 200, "--batch-size", 200, "--device", "cpu", *SUBSET]
+    predict = ["predict", "--checkpoint", str(model), *map(str, flags), "--out"]
+    assert main([*predict, str(tmp_path / "one.tsv")]) == 0
+    for i in range(3):
+        assert main([*predict, str(tmp_path / "p.tsv"), "--shard", f"{i}/3"]) == 0
+    assert main(["merge", str(tmp_path / "p.tsv")]) == 0
+    assert rows(tmp_path / "p.tsv") == rows(tmp_path / "one.tsv")
+    assert json.loads((tmp_path / "p.tsv.json").read_text())["mode"] == "predict"
+
+
 def test_killed_shard_resumes_and_merges_the_same(model, one, tmp_path):
     out = tmp_path / "c.tsv"
     part = shard_path(out, (1, 2))
