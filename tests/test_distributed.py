@@ -100,6 +100,13 @@ def test_start_is_recorded_and_part_of_the_run(model, one, tmp_path, capsys):
     assert "--start 360 is past the last test example (index 359)" in one_line(capsys)
 
 
+def test_pipeline_passes_start_to_certification(monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr("rsmooth.engine.pipeline.run_pipeline", lambda *a, **kw: seen.update(kw) or "done")
+    assert main(["pipeline", "catrs", "--start", "5", "--skip", "2", "--out", str(tmp_path)]) == 0
+    assert seen["certify_options"]["start"] == 5 and seen["skip"] == 2
+
+
 # ----------------------------------------------------------------------------- --shard and merge
 
 
@@ -189,6 +196,13 @@ def test_merge_errors_are_one_line(model, tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------- torchrun
+
+
+def test_shard_flag_under_torchrun_is_refused(model, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert certify(model, tmp_path / "c.tsv", *FAST, "--shard", "0/2") == 2
+    assert "--shard under torchrun: each rank certifies shard RANK/WORLD_SIZE itself" in one_line(capsys)
 
 
 def test_torchrun_two_ranks_equal_one_process(model, one, tmp_path):
