@@ -11,7 +11,7 @@ from rsmooth import RsmoothError
 from rsmooth.cli import main
 from rsmooth.data import get_dataset
 from rsmooth.engine import TrainConfig, load_model, read_checkpoint, train
-from rsmooth.methods import Batch, StepContext, create_method
+from rsmooth.methods import METHODS, Batch, StepContext, create_method
 from rsmooth.models import create_model
 from rsmooth.smoothing import Smooth
 
@@ -94,6 +94,22 @@ def test_bf16_loss_is_close_to_fp32():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is not None):
             losses.append(float(method.loss(model, Batch(x, y, torch.arange(128)), ctx)[0].detach()))
     assert losses[1] == pytest.approx(losses[0], rel=0.02) and losses[0] != losses[1]
+
+
+@pytest.mark.parametrize("name", [n for n in METHODS.names() if not n.startswith("_")])
+def test_every_method_trains_under_bf16_autocast(name):
+    torch.manual_seed(0)
+    model = create_model("digits_cnn", "digits")
+    x, y = get_dataset("digits", "train").get_batch(torch.arange(16))
+    method = create_method(name, sigma=0.25)
+    extras = {k: torch.full((16, 10), 0.1) for k in method.requires}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, stats = method.loss(model, Batch(x, y, torch.arange(16), extras),
+                                  StepContext(torch.Generator().manual_seed(1), 5, 10, 0, 3))
+    loss.backward()
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
+    assert all(torch.isfinite(torch.as_tensor(v, dtype=torch.float32)) for v in stats.values())
 
 
 def test_worker_processes_give_the_same_run(tmp_path):
