@@ -225,16 +225,17 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--workers", type=int, default=0,
                    help="data-loading worker processes (default: 0); on CUDA they prefetch into pinned "
                    "memory. Batches are the same with any number (each is seeded by seed, epoch, step)")
-    fast = t.add_argument_group("fast modes (opt-in; recorded in config.json and the checkpoint, "
-                                "kept on --resume; per-epoch evaluation stays fp32)")
+    fast = t.add_argument_group("fast modes (opt-in; recorded in config.json and the checkpoint; "
+                                "--resume refuses a change; the evaluation after each epoch stays fp32)")
     fast.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
-                      help="autocast of each step's forward passes, attacks and loss: bf16 (fast on CPUs with "
-                      "AMX and on recent GPUs), fp16 (CUDA only, with a gradient scaler); default: fp32")
+                      help="autocast of each step's forward passes, attacks and loss: bf16 (fast on recent "
+                      "GPUs and CPUs with AMX, emulated and slow on others), fp16 (CUDA only, with a "
+                      "gradient scaler); default: fp32")
     fast.add_argument("--channels-last", action="store_true", default=None,
                       help="model and batches in channels-last memory format (faster convolutions on CPU and GPU)")
     fast.add_argument("--compile", action="store_true", default=None,
-                      help="train through torch.compile(model): a slow first step, then faster; "
-                      "the checkpoint keeps the plain model's weights")
+                      help="train through torch.compile(model): slow first steps, then faster on larger "
+                      "models; the checkpoint keeps the plain model's weights")
     t.add_argument("--out", required=True, help="output folder")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --out after a stop or kill (--epochs may grow, not shrink)")
