@@ -7,7 +7,7 @@ the MNIST presets at sigma 0.25; methods without one use their defaults), on ran
 the Fashion-MNIST shape (1x28x28, 10 classes), through the engine's own path
 (``engine/train.py``): a loader batch is split into ``method.num_chunks`` chunks and each chunk
 is one optimiser step, ``zero_grad`` -> ``method.loss(model, chunk, ctx)`` -> ``backward`` ->
-``SGD.step``, statistics detached as the engine does; timings run over consecutive chunks.  The step context is epoch 40 of 90
+``SGD.step`` (under the engine's fast modes when asked, see ``bench/train_modes.py``), statistics detached as the engine does; timings run over consecutive chunks.  The step context is epoch 40 of 90
 with the first learning-rate drop at 30, so every warm-up is over and MACER's deferred lambda is
 on.  Per-example extras a method ``requires`` (e.g. CAT-RS consistency targets) are random
 probability vectors.
@@ -34,7 +34,10 @@ import time
 
 import torch
 
+from rsmooth.data import dataset_info
+from rsmooth.engine import TrainConfig
 from rsmooth.engine.seeding import derive_seed
+from rsmooth.engine.train import _fast_modes
 from rsmooth.methods import METHODS, Batch, StepContext, create_method
 from rsmooth.models import create_model
 from rsmooth.presets import PRESETS
@@ -59,29 +62,35 @@ def setting(name: str, dataset: str, sigma: float, batch_size: int | None):
     return method, dict(lr=0.01, momentum=0.9, weight_decay=1e-4), batch_size or 256, "defaults"
 
 
-def fake_extras(method, b: int, device, g: torch.Generator):
+def fake_extras(method, b: int, device, g: torch.Generator, num_classes: int = NUM_CLASSES):
     """Random per-example extras for the names a method ``requires`` ([B x K] probabilities)."""
     out = {}
     for name in method.requires:
-        p = torch.rand((b, NUM_CLASSES), generator=g).to(device)
+        p = torch.rand((b, num_classes), generator=g).to(device)
         out[name] = p / p.sum(1, keepdim=True)
     return out
 
 
 class Runner:
-    """One method, its own LeNet and SGD optimiser, and one fixed random loader batch."""
+    """One method, its own model (LeNet on Fashion-MNIST shapes unless ``arch``/``data`` say
+    otherwise) and SGD optimiser, one fixed random loader batch, and the engine's fast
+    ``modes`` (TrainConfig fields precision, channels_last, compile; default fp32 eager)."""
 
-    def __init__(self, name, dataset, sigma, batch_size, device, seed=0):
+    def __init__(self, name, dataset, sigma, batch_size, device, seed=0, arch="lenet",
+                 data="fashion-mnist", **modes):
         self.name = name
         self.method, sgd, self.batch_size, self.source = setting(name, dataset, sigma, batch_size)
         torch.manual_seed(seed)
-        self.model = create_model("lenet", "fashion-mnist").to(device).train()
+        self.model = create_model(arch, data).to(device).train()
+        self.net, self.autocast, self.scaler = _fast_modes(self.model, TrainConfig(**modes), device)
         self.opt = torch.optim.SGD(self.model.parameters(), **sgd)
+        info = dataset_info(data)
         g = torch.Generator().manual_seed(seed)
         b = self.batch_size
-        x = torch.rand((b, *SHAPE), generator=g).to(device)
-        y = torch.randint(NUM_CLASSES, (b,), generator=g).to(device)
-        batch = Batch(x, y, torch.arange(b), fake_extras(self.method, b, device, g))
+        memory_format = torch.channels_last if modes.get("channels_last") else torch.preserve_format
+        x = torch.rand((b, *info.input_shape), generator=g).to(device, memory_format=memory_format)
+        y = torch.randint(info.num_classes, (b,), generator=g).to(device)
+        batch = Batch(x, y, torch.arange(b), fake_extras(self.method, b, device, g, info.num_classes))
         self.chunks = batch.chunks(self.method.num_chunks)  # as the engine splits a loader batch
         self.noise_gen = torch.Generator(device=device)
         self.device = device
@@ -93,9 +102,11 @@ class Runner:
         self.noise_gen.manual_seed(derive_seed(0, "noise", EPOCH, b, j))
         ctx = StepContext(self.noise_gen, EPOCH, NUM_EPOCHS, self.steps, LR_DROP)
         self.opt.zero_grad(set_to_none=True)
-        loss, stats = self.method.loss(self.model, self.chunks[j], ctx)
-        loss.backward()
-        self.opt.step()
+        with self.autocast():
+            loss, stats = self.method.loss(self.net, self.chunks[j], ctx)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.opt)
+        self.scaler.update()
         self.steps += 1
         for v in (loss, *stats.values()):  # the engine's bookkeeping: detached, no device sync
             v.detach().float() if isinstance(v, torch.Tensor) else float(v)

@@ -225,7 +225,20 @@ def build_parser() -> argparse.ArgumentParser:
                    "scripts behind the CAT-RS tables; cohen: one epoch earlier, as in Cohen et al.'s code")
     t.add_argument("--seed", type=int, help="seed of every random stream of the run (default: 0)")
     t.add_argument("--targets", help="per-example consistency targets file from 'rsmooth targets' (CAT-RS)")
-    t.add_argument("--workers", type=int, default=0, help="data-loading worker processes (default: 0)")
+    t.add_argument("--workers", type=int, default=0,
+                   help="data-loading worker processes (default: 0); on CUDA they prefetch into pinned "
+                   "memory. Batches are the same with any number (each is seeded by seed, epoch, step)")
+    fast = t.add_argument_group("fast modes (opt-in; recorded in config.json and the checkpoint; "
+                                "--resume refuses a change; the evaluation after each epoch stays fp32)")
+    fast.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
+                      help="autocast of each step's forward passes, attacks and loss: bf16 (fast on recent "
+                      "GPUs and CPUs with AMX, emulated and slow on others), fp16 (CUDA only, with a "
+                      "gradient scaler); default: fp32")
+    fast.add_argument("--channels-last", action="store_true", default=None,
+                      help="model and batches in channels-last memory format (faster convolutions on CPU and GPU)")
+    fast.add_argument("--compile", action="store_true", default=None,
+                      help="train through torch.compile(model): slow first steps, then faster on larger "
+                      "models; the checkpoint keeps the plain model's weights")
     t.add_argument("--out", required=True, help="output folder")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --out after a stop or kill (--epochs may grow, not shrink)")
@@ -375,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
 #: train flags that map one-to-one onto TrainConfig fields
 _TRAIN_FIELDS = ("dataset", "arch", "method", "epochs", "batch_size", "lr", "momentum",
                  "weight_decay", "nesterov", "lr_step", "milestones", "lr_gamma", "lr_timing", "seed",
-                 "data_dir", "device", "targets")
+                 "data_dir", "device", "targets", "precision", "channels_last", "compile")
 
 
 def train_config_from_args(args: argparse.Namespace):

@@ -13,6 +13,14 @@ and Jeong et al. 2023 (arXiv 2212.09000) call ``scheduler.step(epoch)`` *after* 
 ``epoch``, so with ``lr_step = 50`` 0-based epochs 0-50 use ``lr`` and epoch 51 is the first at
 a reduced rate ("catrs", the default).  Cohen's code steps at the start of each epoch, one epoch
 earlier: epoch 50 is the first reduced one ("cohen").
+
+Fast modes (opt-in, fixed for a run, recorded in its config): ``precision`` runs each step's
+forward passes and loss, the methods' attacks included, under ``torch.autocast`` (bf16; fp16
+on CUDA with a gradient scaler whose state is checkpointed); ``channels_last`` keeps the model
+and the input batches in channels-last memory format; ``compile`` trains through
+``torch.compile`` of the model.  Checkpoints keep the plain module's weights, and the per-epoch
+evaluation runs that plain module in fp32 without autocast, so test accuracies compare across
+modes.
 """
 from __future__ import annotations
 
@@ -53,8 +61,10 @@ DATASET_DEFAULTS: Dict[str, Dict[str, Any]] = {
 #: config fields that must not change when a run is resumed
 _FIXED_ON_RESUME = ("dataset", "arch", "method", "hparams", "batch_size", "lr", "momentum",
                     "weight_decay", "nesterov", "lr_step", "milestones", "lr_gamma", "lr_timing",
-                    "seed", "targets")
+                    "seed", "targets", "precision", "channels_last", "compile")
 LR_TIMINGS = ("catrs", "cohen")
+#: autocast dtype of each --precision (fp32: no autocast)
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass
@@ -81,6 +91,9 @@ class TrainConfig:
     num_workers: int = 0
     eval_batch_size: int = 500
     targets: Optional[str] = None  # CAT-RS consistency targets file ('rsmooth targets')
+    precision: str = "fp32"  # autocast of each step: fp32 (none), bf16, fp16 (CUDA, gradient scaler)
+    channels_last: bool = False  # model and batches in channels-last memory format
+    compile: bool = False  # train through torch.compile(model)
 
     def resolved(self) -> "TrainConfig":
         """Fill dataset-dependent defaults (arch, lr, epochs, lr_step) and validate."""
@@ -106,6 +119,7 @@ class TrainConfig:
         check(c.lr_step >= 1, f"--lr-step must be >= 1 epoch, got {c.lr_step}")
         check(0 < c.lr_gamma <= 1, f"--lr-gamma must be in (0, 1], got {c.lr_gamma}")
         check(not c.nesterov or c.momentum > 0, "--nesterov needs --momentum > 0")
+        check(c.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)}, got {c.precision!r}")
         check(c.lr_timing in LR_TIMINGS, f"--lr-timing must be one of {', '.join(LR_TIMINGS)}, got {c.lr_timing!r}")
         if c.milestones is not None:
             check(all(m >= 1 for m in c.milestones) and list(c.milestones) == sorted(c.milestones),
@@ -165,8 +179,9 @@ def evaluate(model: nn.Module, dataset, sigma: float, seed: int, batch_size: int
 
 
 def _batches(dataset, perm: torch.Tensor, batch_size: int, seed: int, epoch: int,
-             num_workers: int) -> Iterator[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """(x, y, idx) per loader batch; augmentation seeded by (seed, epoch, step) only."""
+             num_workers: int, pin: bool = False) -> Iterator[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(x, y, idx) per loader batch; augmentation seeded by (seed, epoch, step) only, so worker
+    processes, their prefetching and pinned memory (``pin``, for CUDA) leave every batch as it is."""
     chunks = list(perm.split(batch_size))
 
     def load(step: int):
@@ -179,7 +194,8 @@ def _batches(dataset, perm: torch.Tensor, batch_size: int, seed: int, epoch: int
             yield load(step)
         return
     loader = torch.utils.data.DataLoader(_Steps(load, len(chunks)), batch_size=None,
-                                         num_workers=num_workers, persistent_workers=False)
+                                         num_workers=num_workers, persistent_workers=False,
+                                         pin_memory=pin, prefetch_factor=4 if pin else None)
     yield from loader
 
 
@@ -194,9 +210,25 @@ class _Steps(torch.utils.data.Dataset):
         return self.fn(i)
 
 
+def _check_precision(precision: str, device: torch.device) -> None:
+    check(precision != "fp16" or device.type == "cuda", f"--precision fp16 needs a CUDA device "
+          f"(training here is on {device.type}); use --precision bf16 or fp32")
+
+
+def _fast_modes(model: nn.Module, c: TrainConfig, device: torch.device):
+    """(the module the steps call, the autocast context of a step, the gradient scaler) of the
+    modes in ``c``; the scaler passes through unless fp16.  ``model`` stays the plain module."""
+    if c.channels_last:
+        model.to(memory_format=torch.channels_last)
+    net = torch.compile(model) if c.compile else model
+    dtype = PRECISIONS[c.precision]
+    autocast = functools.partial(torch.autocast, device.type, dtype=dtype) if dtype else contextlib.nullcontext
+    return net, autocast, torch.amp.GradScaler(device.type, enabled=c.precision == "fp16")
+
+
 def _check_resume(saved: Dict[str, Any], c: TrainConfig, path: Path) -> None:
-    for key in _FIXED_ON_RESUME:
-        old, new = saved.get(key), getattr(c, key)
+    for key in _FIXED_ON_RESUME:  # a field newer than the checkpoint had its default
+        old, new = saved.get(key, getattr(TrainConfig, key, None)), getattr(c, key)
         if old != new:
             raise RsmoothError(f"cannot resume {path}: it was trained with {key}={old!r}, now {new!r}; "
                                f"use the same settings or a new --out")
@@ -252,6 +284,7 @@ def train(
     method: Method = create_method(c.method, **c.hparams)
     c.hparams = method.hparams()
     device = resolve_device(c.device)
+    _check_precision(c.precision, device)
     out_dir = Path(out)
     ckpt_path = out_dir / CHECKPOINT_NAME
 
@@ -270,6 +303,7 @@ def train(
 
     torch.manual_seed(c.seed)
     model = create_model(c.arch, c.dataset).to(device)
+    net, autocast, scaler = _fast_modes(model, c, device)
     opt = torch.optim.SGD(model.parameters(), lr=c.lr, momentum=c.momentum,
                           weight_decay=c.weight_decay, nesterov=c.nesterov)
     sched = _make_scheduler(opt, c)
@@ -285,6 +319,8 @@ def train(
         model.load_state_dict(ck["state_dict"])
         opt.load_state_dict(ck["optimizer"])
         sched.load_state_dict(ck["scheduler"])
+        if scaler.is_enabled():
+            scaler.load_state_dict(ck["scaler"])
         start_epoch, history = int(ck["epoch"]), list(ck.get("history", []))
         if start_epoch > c.epochs:
             raise RsmoothError(f"cannot resume {ckpt_path} with --epochs {c.epochs}: it has already "
@@ -304,6 +340,7 @@ def train(
     lr_drop = first_lr_drop(c)
     noise_gen = torch.Generator(device=device)
     extras = {k: v.to(device) for k, v in extras.items()}
+    memory_format = torch.channels_last if c.channels_last else torch.preserve_format
 
     run_start, first_epoch = time.time(), start_epoch
     try:
@@ -318,16 +355,20 @@ def train(
             steps = 0
             bar = progress_bar(total=len(train_set), desc=f"epoch {epoch + 1}/{c.epochs}",
                                enabled=progress, leave=False)
-            for b, (x, y, idx) in enumerate(_batches(train_set, perm, c.batch_size, c.seed, epoch, c.num_workers)):
-                batch = Batch(x.to(device, non_blocking=True), y.to(device, non_blocking=True), idx,
+            for b, (x, y, idx) in enumerate(_batches(train_set, perm, c.batch_size, c.seed, epoch,
+                                                     c.num_workers, pin=device.type == "cuda")):
+                batch = Batch(x.to(device, non_blocking=True, memory_format=memory_format),
+                              y.to(device, non_blocking=True), idx,
                               {k: v[idx.to(device)] for k, v in extras.items()})
                 for j, chunk in enumerate(batch.chunks(method.num_chunks)):
                     noise_gen.manual_seed(derive_seed(c.seed, "noise", epoch, b, j))
                     ctx = StepContext(noise_gen, epoch, c.epochs, steps, lr_drop)
                     opt.zero_grad(set_to_none=True)
-                    loss, stats = method.loss(model, chunk, ctx)
-                    loss.backward()
-                    opt.step()
+                    with autocast():
+                        loss, stats = method.loss(net, chunk, ctx)
+                    scaler.scale(loss).backward()
+                    scaler.step(opt)
+                    scaler.update()
                     steps += 1
                     for k, v in {"loss": loss, **stats}.items():
                         v = v.detach().float() if isinstance(v, torch.Tensor) else torch.tensor(float(v))
@@ -346,7 +387,8 @@ def train(
                                    c.eval_batch_size, device))
             record["time"] = time.time() - t0
             history.append(record)
-            atomic_save(_checkpoint(model, opt, sched, epoch + 1, c, method, history, train_set), ckpt_path)
+            atomic_save(_checkpoint(model, opt, sched, scaler, epoch + 1, c, method, history, train_set),
+                        ckpt_path)
             line = (f"epoch {epoch + 1}/{c.epochs}  lr {lr:.4g}  loss {record['loss']:.4f}  "
                     f"test acc {record['test_acc']:.4f}  noisy {record['test_acc_noisy']:.4f}  "
                     f"{record['time']:.1f}s")
@@ -363,7 +405,8 @@ def train(
     return TrainResult(ckpt_path, history, model)
 
 
-def _checkpoint(model, opt, sched, epoch, c: TrainConfig, method: Method, history, train_set) -> Dict[str, Any]:
+def _checkpoint(model, opt, sched, scaler, epoch, c: TrainConfig, method: Method, history,
+                train_set) -> Dict[str, Any]:
     from ..data import dataset_info
 
     info = dataset_info(c.dataset)
@@ -384,6 +427,7 @@ def _checkpoint(model, opt, sched, epoch, c: TrainConfig, method: Method, histor
         "state_sha256": state_digest(model.state_dict()),
         "optimizer": opt.state_dict(),
         "scheduler": sched.state_dict(),
+        **({"scaler": scaler.state_dict()} if scaler.is_enabled() else {}),
         "rng": {"torch": torch.get_rng_state()},
         "history": history,
         "versions": versions(),

@@ -4,6 +4,9 @@ A method is a dataclass of hyperparameters with ``loss(model, batch, ctx)``; it 
 optimiser, writes a file or names a device: the engine owns the loop, methods are pure losses.
 The engine splits each loader batch into ``num_chunks`` chunks and takes one optimiser step per
 chunk (as the Jeong-family training scripts do for SmoothAdv, Consistency, SmoothMix and CAT-RS).
+Under the engine's fast modes ``loss`` runs inside ``torch.autocast`` (``--precision``) and may
+receive a compiled model (``--compile``): activations can be bf16 or fp16, inputs and noise stay
+fp32.
 """
 from __future__ import annotations
 
