@@ -239,9 +239,18 @@ def build_parser() -> argparse.ArgumentParser:
     fast.add_argument("--compile", action="store_true", default=None,
                       help="train through torch.compile(model): slow first steps, then faster on larger "
                       "models; the checkpoint keeps the plain model's weights")
+    dist = t.add_argument_group(
+        "several processes (torchrun --nproc-per-node W -m rsmooth -- train ...: DistributedDataParallel, "
+        "NCCL on CUDA, gloo on CPU)", "--batch-size stays the whole loader batch: each optimiser step's "
+        "chunk is split across the W processes and every example keeps the noise it gets in one process, "
+        "so the run takes the steps of a one-process run (batch norm aside); only rank 0 writes and logs")
+    dist.add_argument("--sync-bn", action="store_true", default=None,
+                      help="SyncBatchNorm across the processes (CUDA only); default: per-rank batch-norm "
+                      "statistics, as the papers' DataParallel runs had")
     t.add_argument("--out", required=True, help="output folder")
     t.add_argument("--resume", action="store_true",
-                   help="continue the run in --out after a stop or kill (--epochs may grow, not shrink)")
+                   help="continue the run in --out after a stop or kill, with any number of processes "
+                   "(--epochs may grow, not shrink)")
     _add_common_data(t)
     _add_method_flags(t)
     _add_foreign_flags(t)
@@ -388,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
 #: train flags that map one-to-one onto TrainConfig fields
 _TRAIN_FIELDS = ("dataset", "arch", "method", "epochs", "batch_size", "lr", "momentum",
                  "weight_decay", "nesterov", "lr_step", "milestones", "lr_gamma", "lr_timing", "seed",
-                 "data_dir", "device", "targets", "precision", "channels_last", "compile")
+                 "data_dir", "device", "targets", "precision", "channels_last", "compile", "sync_bn")
 
 
 def train_config_from_args(args: argparse.Namespace):
@@ -413,9 +422,11 @@ def train_config_from_args(args: argparse.Namespace):
 
 def cmd_train(args: argparse.Namespace) -> None:
     from .engine import train
+    from .engine.distributed import world
 
     result = train(train_config_from_args(args), args.out, resume=args.resume)
-    print(f"checkpoint: {result.checkpoint}")
+    if world().main:
+        print(f"checkpoint: {result.checkpoint}")
 
 
 def cmd_certify(args: argparse.Namespace) -> None:

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..draws import draw
 from ..errors import RsmoothError
 from .base import frozen_eval
 
@@ -89,7 +90,7 @@ def ascent_direction(grad: torch.Tensor, generator: Optional[torch.Generator] = 
     d = l2_normalize(grad)
     if generator is None:
         return d
-    z = torch.randn(grad.shape, generator=generator, device=grad.device, dtype=grad.dtype)
+    z = draw("randn", grad.shape, generator, device=grad.device, dtype=grad.dtype)
     zero = _per_example(grad.flatten(1).norm(p=2, dim=1) == 0, grad)
     return torch.where(zero, z, d)
 

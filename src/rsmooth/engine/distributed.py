@@ -14,8 +14,9 @@ import contextlib
 import datetime
 import os
 import re
+import traceback
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional, Tuple
 
 import torch
 
@@ -23,6 +24,7 @@ from ..errors import RsmoothError, check, first_line
 
 #: what to do when a rank is lost (every run under torchrun resumes where it stopped)
 RERUN = "rerun the same torchrun command to continue"
+RERUN_TRAIN = "rerun the same torchrun command with --resume to continue from the last checkpoint"
 
 
 @dataclass(frozen=True)
@@ -90,8 +92,33 @@ def process_group(dev: torch.device, timeout: datetime.timedelta = datetime.time
         raise RsmoothError(f"{w}: cannot join the torchrun job ({first_line(e)}); {RERUN}") from None
     try:
         yield w
+    except BaseException as e:  # the frames it unwound may hold DistributedDataParallel (see there)
+        traceback.clear_frames(e.__traceback__)
+        raise
     finally:
         dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def collectives(w: World, what: str, rerun: str = RERUN) -> Iterator[None]:
+    """Turn the error of a collective in the body (a rank died, hangs or lost its connection) into
+    a one-line :class:`RsmoothError` saying that another rank stopped while waiting for ``what``."""
+    try:
+        yield
+    except RuntimeError as e:
+        if w.size == 1 or isinstance(e, RsmoothError) or not _lost_rank(e):
+            raise
+        detail = re.sub(r"^\[[^\]]*\]\s*", "", first_line(e))  # gloo's source location
+        raise RsmoothError(f"{w}: another rank stopped or hangs while waiting for {what} "
+                           f"({detail}); {rerun}") from None
+
+
+def _lost_rank(e: RuntimeError) -> bool:
+    import torch.distributed as dist
+
+    text = str(e).lower()
+    return isinstance(e, dist.DistError) or any(k in text for k in (
+        "gloo", "nccl", "connection", "timed out", "timeout", "socket", "peer", "broken pipe"))
 
 
 def barrier(w: World, what: str, timeout: Optional[datetime.timedelta] = None) -> None:
@@ -101,13 +128,60 @@ def barrier(w: World, what: str, timeout: Optional[datetime.timedelta] = None) -
 
     if w.size == 1:
         return
-    try:
+    with collectives(w, what):
         work = dist.barrier(async_op=True)
         if timeout is None:
             work.wait()
         else:
             work.wait(timeout=timeout)
-    except RuntimeError as e:
-        detail = re.sub(r"^\[[^\]]*\]\s*", "", first_line(e))  # gloo's source location
-        raise RsmoothError(f"{w}: another rank stopped or hangs while waiting for {what} "
-                           f"({detail}); {RERUN}") from None
+
+
+def share(n: int, w: World) -> Tuple[int, int]:
+    """Rows ``lo:hi`` of ``n`` that rank ``w.rank`` takes (``Tensor.tensor_split`` into ``w.size``
+    parts: the first ``n % size`` ranks take one more)."""
+    q, r = divmod(n, w.size)
+    lo = w.rank * q + min(w.rank, r)
+    return lo, lo + q + (w.rank < r)
+
+
+def broadcast(obj: Any, w: World, what: str) -> Any:
+    """Rank 0's ``obj`` on every rank (pickled over the job's own process group)."""
+    import torch.distributed as dist
+
+    if w.size == 1:
+        return obj
+    box = [obj]
+    with collectives(w, what):
+        dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def all_reduce(t: torch.Tensor, w: World, what: str) -> torch.Tensor:
+    """The sum of ``t`` over the ranks, in place (``t`` itself in one process)."""
+    import torch.distributed as dist
+
+    if w.size > 1:
+        with collectives(w, what):
+            dist.all_reduce(t)
+    return t
+
+
+def all_reduce_grads(model: torch.nn.Module, w: World) -> None:
+    """Sum the gradients of ``model``'s parameters over the ranks (a missing one counts as 0)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = all_reduce(torch.cat([p.grad.reshape(-1) for p in params]), w, "the other ranks' gradients")
+    for p, g in zip(params, flat.split([p.numel() for p in params])):
+        p.grad.copy_(g.view_as(p.grad))
+
+
+def broadcast_buffers(model: torch.nn.Module, w: World) -> None:
+    """Give every rank rank 0's buffers (batch-norm running statistics) of ``model``."""
+    import torch.distributed as dist
+
+    if w.size > 1:
+        with collectives(w, "rank 0's batch-norm statistics"):
+            for b in model.buffers():
+                dist.broadcast(b, src=0)

@@ -45,6 +45,8 @@ from ..paths import check_output_dir
 from ..progress import format_duration, progress_bar
 from .checkpoint import (CHECKPOINT_NAME, FORMAT, atomic_save, git_commit, read_checkpoint,
                          resolve_device, state_digest, versions)
+from . import distributed
+from .distributed import World
 from .seeding import derive_seed, generator, validate_seed
 
 #: learning rate and epochs when none is given (the CAT-RS authors' scripts); presets refine
@@ -94,6 +96,7 @@ class TrainConfig:
     precision: str = "fp32"  # autocast of each step: fp32 (none), bf16, fp16 (CUDA, gradient scaler)
     channels_last: bool = False  # model and batches in channels-last memory format
     compile: bool = False  # train through torch.compile(model)
+    sync_bn: bool = False  # under torchrun: SyncBatchNorm (default: per-rank batch-norm statistics)
 
     def resolved(self) -> "TrainConfig":
         """Fill dataset-dependent defaults (arch, lr, epochs, lr_step) and validate."""
@@ -157,24 +160,30 @@ def _make_scheduler(opt: torch.optim.Optimizer, c: "TrainConfig"):
 
 
 def evaluate(model: nn.Module, dataset, sigma: float, seed: int, batch_size: int = 500,
-             device: Optional[torch.device] = None) -> Dict[str, float]:
-    """Clean accuracy and accuracy under one draw of N(0, sigma^2 I) per test image."""
+             device: Optional[torch.device] = None, w: World = World()) -> Dict[str, float]:
+    """Clean accuracy and accuracy under one draw of N(0, sigma^2 I) per test image.
+
+    The noise of each batch is seeded by ``(seed, first index)``; under ``torchrun`` rank r takes
+    batches r, r + W, ... and the counts are summed over the ranks, so every rank returns what
+    one process does.
+    """
     device = device or next(model.parameters()).device
-    g = generator(seed, "eval", device=device)
     was_training = model.training
     model.eval()
-    correct = noisy = 0
+    counts = torch.zeros(2, dtype=torch.int64, device=device)
     try:
         with torch.inference_mode():
-            for start in range(0, len(dataset), batch_size):
+            for start in range(w.rank * batch_size, len(dataset), w.size * batch_size):
                 idx = torch.arange(start, min(start + batch_size, len(dataset)))
                 x, y = dataset.get_batch(idx)
-                x, y = x.to(device), y.to(device)
-                correct += int((model(x).argmax(1) == y).sum())
-                noise = torch.randn(x.shape, generator=g, device=device).mul_(sigma)
-                noisy += int((model(x + noise).argmax(1) == y).sum())
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                noise = torch.randn(x.shape, generator=generator(seed, "eval", start, device=device),
+                                    device=device).mul_(sigma)
+                counts[0] += (model(x).argmax(1) == y).sum()
+                counts[1] += (model(x + noise).argmax(1) == y).sum()
     finally:
         model.train(was_training)
+    correct, noisy = distributed.all_reduce(counts, w, "the other ranks' evaluation").tolist()
     return {"test_acc": correct / len(dataset), "test_acc_noisy": noisy / len(dataset)}
 
 
@@ -215,15 +224,23 @@ def _check_precision(precision: str, device: torch.device) -> None:
           f"(training here is on {device.type}); use --precision bf16 or fp32")
 
 
-def _fast_modes(model: nn.Module, c: TrainConfig, device: torch.device):
-    """(the module the steps call, the autocast context of a step, the gradient scaler) of the
-    modes in ``c``; the scaler passes through unless fp16.  ``model`` stays the plain module."""
+def _fast_modes(model: nn.Module, c: TrainConfig, device: torch.device, w: World):
+    """(what the steps call, what attacks call, the autocast context of a step) for the modes in
+    ``c``: ``model`` in channels-last format, compiled, and in DistributedDataParallel under
+    torchrun (attacks run outside it: no gradient hooks, no all-reduce).  ``model`` stays the
+    plain module."""
     if c.channels_last:
         model.to(memory_format=torch.channels_last)
-    net = torch.compile(model) if c.compile else model
+    inner = torch.compile(model) if c.compile else model
+    net = inner
+    if w.size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ddp = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+        net = torch.compile(ddp) if c.compile else ddp
     dtype = PRECISIONS[c.precision]
     autocast = functools.partial(torch.autocast, device.type, dtype=dtype) if dtype else contextlib.nullcontext
-    return net, autocast, torch.amp.GradScaler(device.type, enabled=c.precision == "fp16")
+    return net, inner, autocast
 
 
 def _check_resume(saved: Dict[str, Any], c: TrainConfig, path: Path) -> None:
@@ -236,12 +253,14 @@ def _check_resume(saved: Dict[str, Any], c: TrainConfig, path: Path) -> None:
 
 def _exclusive(fn: Callable[..., "TrainResult"]) -> Callable[..., "TrainResult"]:
     """Run ``fn(config, out, ...)`` once ``out`` is known to be a writable folder, holding the lock
-    ``out/.lock`` (a second process training into ``out`` is refused), after removing the
+    ``out/.lock`` (a second run training into ``out`` is refused), after removing the
     temporary files a killed run left in ``out``; a folder created here and left empty (bad
     settings) is removed."""
 
     @functools.wraps(fn)
     def locked(config: TrainConfig, out: str, **kw: Any) -> "TrainResult":
+        if not distributed.world().main:  # under torchrun rank 0 alone touches ``out``
+            return fn(config, out, **kw)
         out_dir = check_output_dir(out)
         created = not out_dir.exists()
         try:
@@ -269,11 +288,15 @@ def train(
 ) -> TrainResult:
     """Train a base classifier with ``config.method``; write ``out/checkpoint.pt`` every epoch.
 
+    Under ``torchrun`` (W processes) the model is trained with DistributedDataParallel and each
+    optimiser step's chunk is split across the ranks (see :class:`~rsmooth.methods.StepContext`),
+    so the run takes the steps one process takes; only rank 0 writes, logs and shows progress.
+
     Args:
         config: the run's settings (unresolved fields get dataset defaults).
         out: output folder (checkpoint.pt, config.json, train.log).
-        resume: continue from ``out/checkpoint.pt``; the result is bit-identical to an
-            uninterrupted run.  Without it, an existing checkpoint is an error (nothing lost).
+        resume: continue from ``out/checkpoint.pt`` (with any number of processes); the result is
+            bit-identical to an uninterrupted run.  Without it, an existing checkpoint is an error.
         extras: per-example tensors [N x ...] indexed by training-set index (CAT-RS targets).
         stop_after_epoch: stop (as if killed) after this many epochs; for tests and staging.
     """
@@ -283,10 +306,14 @@ def train(
     c = config.resolved()
     method: Method = create_method(c.method, **c.hparams)
     c.hparams = method.hparams()
-    device = resolve_device(c.device)
+    w = distributed.world()
+    device = distributed.rank_device(resolve_device(c.device), w)
     _check_precision(c.precision, device)
-    out_dir = Path(out)
-    ckpt_path = out_dir / CHECKPOINT_NAME
+    check(not (c.sync_bn and w.size > 1 and device.type != "cuda"),
+          "--sync-bn needs CUDA devices (SyncBatchNorm runs on GPUs only); drop it to keep per-rank statistics")
+    if not w.main:
+        progress, log = False, _quiet
+    ckpt_path = Path(out) / CHECKPOINT_NAME
 
     train_set = get_dataset(c.dataset, "train", data_dir=c.data_dir)
     test_set = get_dataset(c.dataset, "test", data_dir=c.data_dir)
@@ -303,110 +330,219 @@ def train(
 
     torch.manual_seed(c.seed)
     model = create_model(c.arch, c.dataset).to(device)
-    net, autocast, scaler = _fast_modes(model, c, device)
+    if c.sync_bn and w.size > 1:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     opt = torch.optim.SGD(model.parameters(), lr=c.lr, momentum=c.momentum,
                           weight_decay=c.weight_decay, nesterov=c.nesterov)
     sched = _make_scheduler(opt, c)
-    start_epoch, history = 0, []
-
-    if ckpt_path.exists() and not resume:
-        raise RsmoothError(f"{ckpt_path} already exists; pass --resume to continue that run "
-                           f"or choose another --out")
-    if resume and ckpt_path.exists():
-        ck = read_checkpoint(ckpt_path)
-        check(ck.get("format") == FORMAT, f"{ckpt_path} is not an rsmooth training checkpoint")
-        _check_resume(ck["config"], c, ckpt_path)
-        model.load_state_dict(ck["state_dict"])
-        opt.load_state_dict(ck["optimizer"])
-        sched.load_state_dict(ck["scheduler"])
-        if scaler.is_enabled():
-            scaler.load_state_dict(ck["scaler"])
-        start_epoch, history = int(ck["epoch"]), list(ck.get("history", []))
-        if start_epoch > c.epochs:
-            raise RsmoothError(f"cannot resume {ckpt_path} with --epochs {c.epochs}: it has already "
-                               f"trained {start_epoch} epochs; pass --epochs {start_epoch} or more, "
-                               f"or choose another --out")
-        if start_epoch == c.epochs:
-            log(f"{ckpt_path} has already trained all {c.epochs} epochs; nothing to do "
-                f"(pass a larger --epochs to train further)")
-        torch.set_rng_state(ck["rng"]["torch"])
-        log(f"resuming {ckpt_path} after epoch {start_epoch}")
-
-    atomic_write_bytes(out_dir / "config.json", (json.dumps(
-        {"config": c.to_dict(), "versions": versions(), "git_commit": git_commit()}, indent=2) + "\n").encode())
-    # one line per finished epoch: a kill between a checkpoint and its log line lost that line
-    log_path = atomic_write_bytes(out_dir / "train.log", "".join(json.dumps(r) + "\n" for r in history).encode())
-    log_file = open(log_path, "a")
-    lr_drop = first_lr_drop(c)
-    noise_gen = torch.Generator(device=device)
-    extras = {k: v.to(device) for k, v in extras.items()}
-    memory_format = torch.channels_last if c.channels_last else torch.preserve_format
-
-    run_start, first_epoch = time.time(), start_epoch
-    try:
-        for epoch in range(start_epoch, c.epochs):
-            if stop_after_epoch is not None and epoch >= stop_after_epoch:
-                break
-            t0 = time.time()
-            torch.manual_seed(derive_seed(c.seed, "global", epoch))
-            model.train()
-            perm = torch.randperm(len(train_set), generator=generator(c.seed, "order", epoch))
-            sums: Dict[str, torch.Tensor] = {}
-            steps = 0
-            bar = progress_bar(total=len(train_set), desc=f"epoch {epoch + 1}/{c.epochs}",
-                               enabled=progress, leave=False)
-            for b, (x, y, idx) in enumerate(_batches(train_set, perm, c.batch_size, c.seed, epoch,
-                                                     c.num_workers, pin=device.type == "cuda")):
-                batch = Batch(x.to(device, non_blocking=True, memory_format=memory_format),
-                              y.to(device, non_blocking=True), idx,
-                              {k: v[idx.to(device)] for k, v in extras.items()})
-                for j, chunk in enumerate(batch.chunks(method.num_chunks)):
-                    noise_gen.manual_seed(derive_seed(c.seed, "noise", epoch, b, j))
-                    ctx = StepContext(noise_gen, epoch, c.epochs, steps, lr_drop)
-                    opt.zero_grad(set_to_none=True)
-                    with autocast():
-                        loss, stats = method.loss(net, chunk, ctx)
-                    scaler.scale(loss).backward()
-                    scaler.step(opt)
-                    scaler.update()
-                    steps += 1
-                    for k, v in {"loss": loss, **stats}.items():
-                        v = v.detach().float() if isinstance(v, torch.Tensor) else torch.tensor(float(v))
-                        sums[k] = sums[k] + v if k in sums else v
-                bar.update(len(idx))
-                if bar.n and not bar.disable:
-                    bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
-            bar.close()
-            lr = opt.param_groups[0]["lr"]
-            sched.step()
-            record = {"epoch": epoch + 1, "lr": lr, **{k: float(v) / max(steps, 1) for k, v in sums.items()}}
-            if not all(math.isfinite(v) for v in record.values()):
-                raise RsmoothError(f"training diverged at epoch {epoch + 1} (loss {record.get('loss')}); "
-                                   f"lower --lr (now {c.lr}) or check the data")
-            record.update(evaluate(model, test_set, method.sigma, derive_seed(c.seed, epoch),
-                                   c.eval_batch_size, device))
-            record["time"] = time.time() - t0
-            history.append(record)
-            atomic_save(_checkpoint(model, opt, sched, scaler, epoch + 1, c, method, history, train_set),
-                        ckpt_path)
-            line = (f"epoch {epoch + 1}/{c.epochs}  lr {lr:.4g}  loss {record['loss']:.4f}  "
-                    f"test acc {record['test_acc']:.4f}  noisy {record['test_acc_noisy']:.4f}  "
-                    f"{record['time']:.1f}s")
-            if epoch + 1 < c.epochs:  # the whole run's remaining time, from this session's epochs
-                per_epoch = (time.time() - run_start) / (epoch + 1 - first_epoch)
-                line += f"  eta {format_duration(per_epoch * (c.epochs - epoch - 1))}"
-            log(line)
-            with naming(log_path):
-                log_file.write(json.dumps(record) + "\n")
-                log_file.flush()
-    finally:
-        with contextlib.suppress(OSError):  # a failed write has raised already
-            log_file.close()
+    with distributed.process_group(device):
+        ck = _start_state(ckpt_path, c, resume, w, log)
+        start_epoch, history = 0, []
+        scaler = torch.amp.GradScaler(device.type, enabled=c.precision == "fp16")
+        if ck is not None:
+            model.load_state_dict(ck["state_dict"])
+            opt.load_state_dict(ck["optimizer"])
+            sched.load_state_dict(ck["scheduler"])
+            if scaler.is_enabled():
+                scaler.load_state_dict(ck["scaler"])
+            start_epoch, history = int(ck["epoch"]), list(ck.get("history", []))
+            torch.set_rng_state(ck["rng"]["torch"])
+        run = _Run(c, method, model, *_fast_modes(model, c, device, w), opt, sched, scaler, w, device,
+                   {k: v.to(device, non_blocking=True) for k, v in extras.items()})
+        with run, _Log(Path(out), c, history, w) as write, \
+                distributed.collectives(w, "the other ranks' steps", distributed.RERUN_TRAIN):
+            run_start, first_epoch = time.time(), start_epoch
+            for epoch in range(start_epoch, c.epochs):
+                if stop_after_epoch is not None and epoch >= stop_after_epoch:
+                    break
+                t0 = time.time()
+                record = run.epoch(train_set, epoch, progress)
+                distributed.broadcast_buffers(model, w)  # rank 0's batch-norm statistics are the model's
+                record.update(evaluate(model, test_set, method.sigma, derive_seed(c.seed, epoch),
+                                       c.eval_batch_size, device, w))
+                record["time"] = time.time() - t0
+                history.append(record)
+                if w.main:
+                    atomic_save(_checkpoint(model, opt, sched, scaler, epoch + 1, c, method, history,
+                                            train_set, w), ckpt_path)
+                line = (f"epoch {epoch + 1}/{c.epochs}  lr {record['lr']:.4g}  loss {record['loss']:.4f}  "
+                        f"test acc {record['test_acc']:.4f}  noisy {record['test_acc_noisy']:.4f}  "
+                        f"{record['time']:.1f}s")
+                if epoch + 1 < c.epochs:  # the whole run's remaining time, from this session's epochs
+                    per_epoch = (time.time() - run_start) / (epoch + 1 - first_epoch)
+                    line += f"  eta {format_duration(per_epoch * (c.epochs - epoch - 1))}"
+                log(line)
+                write(record)
     return TrainResult(ckpt_path, history, model)
 
 
+def _quiet(_: str) -> None:
+    """The log of ranks other than 0."""
+
+
+def _start_state(ckpt_path: Path, c: TrainConfig, resume: bool, w: World,
+                 log: Callable[[str], None]) -> Optional[Dict[str, Any]]:
+    """The checkpoint to resume from (None: a fresh run), read by rank 0 and sent to the others;
+    a refusal on rank 0 stops every rank."""
+    answer: Tuple[Optional[str], Optional[Dict[str, Any]]] = (None, None)
+    if w.main:
+        try:
+            answer = (None, _read_resume(ckpt_path, c, resume, log))
+        except RsmoothError as e:
+            answer = (str(e), None)
+    error, ck = distributed.broadcast(answer, w, "rank 0 to read the run folder")
+    if error is not None:
+        raise RsmoothError(error if w.main else f"{w}: rank 0 refused the run: {error}")
+    return ck
+
+
+def _read_resume(ckpt_path: Path, c: TrainConfig, resume: bool, log: Callable[[str], None]
+                 ) -> Optional[Dict[str, Any]]:
+    if ckpt_path.exists() and not resume:
+        raise RsmoothError(f"{ckpt_path} already exists; pass --resume to continue that run "
+                           f"or choose another --out")
+    if not (resume and ckpt_path.exists()):
+        return None
+    ck = read_checkpoint(ckpt_path)
+    check(ck.get("format") == FORMAT, f"{ckpt_path} is not an rsmooth training checkpoint")
+    _check_resume(ck["config"], c, ckpt_path)
+    start_epoch = int(ck["epoch"])
+    if start_epoch > c.epochs:
+        raise RsmoothError(f"cannot resume {ckpt_path} with --epochs {c.epochs}: it has already "
+                           f"trained {start_epoch} epochs; pass --epochs {start_epoch} or more, "
+                           f"or choose another --out")
+    if start_epoch == c.epochs:
+        log(f"{ckpt_path} has already trained all {c.epochs} epochs; nothing to do "
+            f"(pass a larger --epochs to train further)")
+    log(f"resuming {ckpt_path} after epoch {start_epoch}")
+    return ck
+
+
+@contextlib.contextmanager
+def _Log(out_dir: Path, c: TrainConfig, history: List[Dict[str, Any]], w: World):
+    """Rank 0 writes config.json and train.log (one line per finished epoch: a kill between a
+    checkpoint and its log line lost that line) and yields the writer of an epoch's line."""
+    if not w.main:
+        yield lambda record: None
+        return
+    atomic_write_bytes(out_dir / "config.json", (json.dumps(
+        {"config": c.to_dict(), "world_size": w.size, "versions": versions(), "git_commit": git_commit()},
+        indent=2) + "\n").encode())
+    log_path = atomic_write_bytes(out_dir / "train.log", "".join(json.dumps(r) + "\n" for r in history).encode())
+    log_file = open(log_path, "a")
+
+    def write(record: Dict[str, Any]) -> None:
+        with naming(log_path):
+            log_file.write(json.dumps(record) + "\n")
+            log_file.flush()
+
+    try:
+        yield write
+    finally:
+        with contextlib.suppress(OSError):  # a failed write has raised already
+            log_file.close()
+
+
+@dataclass
+class _Run:
+    """The state of a training run and its epoch: one optimiser step per chunk, each chunk split
+    across the ranks (one process: the whole chunk)."""
+
+    c: TrainConfig
+    method: Method
+    model: nn.Module  # the plain module (checkpointed, evaluated, attacked)
+    net: Optional[nn.Module]  # what the steps call: model, compiled and/or in DistributedDataParallel
+    inner: Optional[nn.Module]  # what attacks call: model, compiled, outside DistributedDataParallel
+    autocast: Callable[[], Any]
+    opt: torch.optim.Optimizer
+    sched: Any
+    scaler: Any
+    w: World
+    device: torch.device
+    extras: Dict[str, torch.Tensor]
+
+    def __enter__(self) -> "_Run":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        # DistributedDataParallel must go while the process group lives: freed after it, its
+        # reducer joins gloo's threads holding the GIL they wait for, and the process hangs
+        self.net = self.inner = None
+
+    def epoch(self, train_set, epoch: int, progress: bool) -> Dict[str, Any]:
+        """Train one epoch; return its log record (lr, and each statistic's mean over the steps)."""
+        c, method, device = self.c, self.method, self.device
+        torch.manual_seed(derive_seed(c.seed, "global", epoch))
+        self.model.train()
+        perm = torch.randperm(len(train_set), generator=generator(c.seed, "order", epoch))
+        noise_gen = torch.Generator(device=device)
+        memory_format = torch.channels_last if c.channels_last else torch.preserve_format
+        sums: Dict[str, torch.Tensor] = {}
+        steps = 0
+        bar = progress_bar(total=len(train_set), desc=f"epoch {epoch + 1}/{c.epochs}", enabled=progress, leave=False)
+        for b, (x, y, idx) in enumerate(_batches(train_set, perm, c.batch_size, c.seed, epoch,
+                                                 c.num_workers, pin=device.type == "cuda")):
+            batch = Batch(x.to(device, non_blocking=True, memory_format=memory_format),
+                          y.to(device, non_blocking=True), idx,
+                          {k: v[idx.to(device, non_blocking=True)] for k, v in self.extras.items()})
+            for j, chunk in enumerate(batch.chunks(method.num_chunks)):
+                noise_gen.manual_seed(derive_seed(c.seed, "noise", epoch, b, j))
+                loss, stats = self.step(chunk, StepContext(noise_gen, epoch, c.epochs, steps, first_lr_drop(c)))
+                steps += 1
+                for k, v in stats.items():
+                    sums[k] = sums[k] + v if k in sums else v
+            bar.update(len(idx))
+            if not bar.disable and b % 10 == 0:  # reading the loss waits for the device
+                bar.set_postfix(loss=f"{float(loss):.4f}")
+        bar.close()
+        lr = self.opt.param_groups[0]["lr"]
+        self.sched.step()
+        keys = distributed.broadcast(list(sums), self.w, "rank 0's statistics")
+        zero = torch.zeros((), device=device)
+        means = distributed.all_reduce(torch.stack([sums.get(k, zero) for k in keys]), self.w,
+                                       "the other ranks' statistics") / max(steps, 1)
+        record = {"epoch": epoch + 1, "lr": lr, **dict(zip(keys, means.tolist()))}
+        if not all(math.isfinite(v) for v in record.values()):
+            raise RsmoothError(f"training diverged at epoch {epoch + 1} (loss {record.get('loss')}); "
+                               f"lower --lr (now {c.lr}) or check the data")
+        return record
+
+    def step(self, chunk: Batch, ctx: StepContext) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+        """One optimiser step on ``chunk``; (this rank's loss, its statistics weighted by its share
+        of the chunk, to be summed over the ranks)."""
+        w, n = self.w, len(chunk)
+        self.opt.zero_grad(set_to_none=True)
+        if w.size == 1:
+            with self.autocast():
+                loss, stats = self.method.loss(self.net, chunk, ctx)
+            self.scaler.scale(loss).backward()
+            weight = 1.0
+        else:
+            lo, hi = distributed.share(n, w)
+            part = Batch(chunk.x[lo:hi], chunk.y[lo:hi], chunk.idx[lo:hi],
+                         {k: v[lo:hi] for k, v in chunk.extras.items()})
+            ctx.rows, ctx.module, weight = (lo, hi, n), self.inner, (hi - lo) / n
+            if n >= w.size:  # every rank has examples: DDP averages the W gradients
+                with self.autocast():
+                    loss, stats = self.method.loss(self.net, part, ctx)
+                self.scaler.scale(loss * (w.size * weight)).backward()
+            else:  # a chunk smaller than the job: the ranks with examples step, gradients summed
+                loss, stats = torch.zeros((), device=self.device), {}
+                if len(part):
+                    with self.autocast():
+                        loss, stats = self.method.loss(ctx.module, part, ctx)
+                    self.scaler.scale(loss * weight).backward()
+                distributed.all_reduce_grads(self.model, w)
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        loss = loss.detach().float()
+        stats = {k: v.detach().float() if isinstance(v, torch.Tensor) else torch.full((), float(v), device=self.device)
+                 for k, v in {"loss": loss, **stats}.items()}
+        return loss, {k: v * weight for k, v in stats.items()} if weight != 1.0 else stats
+
+
 def _checkpoint(model, opt, sched, scaler, epoch, c: TrainConfig, method: Method, history,
-                train_set) -> Dict[str, Any]:
+                train_set, w: World) -> Dict[str, Any]:
     from ..data import dataset_info
 
     info = dataset_info(c.dataset)
@@ -422,6 +558,7 @@ def _checkpoint(model, opt, sched, scaler, epoch, c: TrainConfig, method: Method
         "method": c.method,
         "seed": c.seed,
         "config": c.to_dict(),
+        "world_size": w.size,
         "data_fingerprint": train_set.fingerprint(),
         "state_dict": model.state_dict(),
         "state_sha256": state_digest(model.state_dict()),

@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, List, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -75,10 +75,16 @@ class Batch:
 class StepContext:
     """What a loss may depend on besides the batch: randomness and the schedule.
 
-    generator: the only source of randomness for the step (on the model's device);
-    epoch: 0-based current epoch; num_epochs: total; step: 0-based optimiser step within
-    the epoch; lr_drop_epoch: first epoch at a reduced learning rate (MACER's deferred lambda),
-    or None.
+    generator: the only source of randomness for the step (on the model's device); draw from it
+    with :meth:`randn` and :meth:`rand`; epoch: 0-based current epoch; num_epochs: total; step:
+    0-based optimiser step within the epoch; lr_drop_epoch: first epoch at a reduced learning rate
+    (MACER's deferred lambda), or None.
+
+    Under ``torchrun`` each process computes the loss of its share ``rows = (lo, hi, n)``
+    (examples ``lo:hi`` of the step's ``n``) through DistributedDataParallel, and ``module`` is the
+    unwrapped network that attacks run on (:meth:`unwrapped`).  :meth:`randn` and :meth:`rand`
+    then draw for all ``n`` examples and keep rows ``lo:hi``, so that every example gets the
+    noise it gets in one process, whichever process draws it.
     """
 
     generator: torch.Generator
@@ -86,10 +92,37 @@ class StepContext:
     num_epochs: int = 1
     step: int = 0
     lr_drop_epoch: Optional[int] = None
+    rows: Optional[Tuple[int, int, int]] = None
+    module: Optional[nn.Module] = None
 
     def warmup(self, epochs: int) -> float:
         """Linear warm-up factor in (0, 1]: min(1, (epoch + 1) / epochs); 1 if epochs <= 0."""
         return 1.0 if epochs <= 0 else min(1.0, (self.epoch + 1) / epochs)
+
+    def unwrapped(self, model: nn.Module) -> nn.Module:
+        """The network to attack: ``model`` without DistributedDataParallel (no gradient hooks,
+        no all-reduce), ``model`` itself in one process."""
+        return self.module if self.module is not None else model
+
+    def randn(self, shape: Sequence[int], *, device=None, dtype=None) -> torch.Tensor:
+        """Standard normal draws of ``shape``, whose leading dimension runs over this process's
+        examples, image-major (``B``, ``B * m``, ...)."""
+        return self._draw(torch.randn, shape, device, dtype)
+
+    def rand(self, shape: Sequence[int], *, device=None, dtype=None) -> torch.Tensor:
+        """Uniform [0, 1) draws, laid out as in :meth:`randn`."""
+        return self._draw(torch.rand, shape, device, dtype)
+
+    def _draw(self, fn, shape: Sequence[int], device, dtype) -> torch.Tensor:
+        shape = tuple(shape)
+        if self.rows is None:
+            return fn(shape, generator=self.generator, device=device, dtype=dtype)
+        lo, hi, n = self.rows
+        per, rest = divmod(shape[0], hi - lo)
+        if rest:
+            raise RsmoothError(f"a draw of shape {shape} does not run over the {hi - lo} examples of this process")
+        full = fn((n * per, *shape[1:]), generator=self.generator, device=device, dtype=dtype)
+        return full[lo * per:hi * per]
 
 
 @dataclass
@@ -129,8 +162,8 @@ class Method:
         raise NotImplementedError
 
     def noise_like(self, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
-        """Gaussian noise N(0, sigma^2 I) shaped like ``x``, drawn from ``ctx.generator``."""
-        return torch.randn(x.shape, generator=ctx.generator, device=x.device, dtype=x.dtype).mul_(self.sigma)
+        """Gaussian noise N(0, sigma^2 I) shaped like ``x`` (image-major), drawn by ``ctx``."""
+        return ctx.randn(x.shape, device=x.device, dtype=x.dtype).mul_(self.sigma)
 
     def hparams(self) -> Dict[str, Any]:
         """The hyperparameters as a plain dict (recorded in checkpoints and logs)."""

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attacks.noise import RENORM_MODES, pgd_on_noise
+from ..draws import draw
 from ..errors import RsmoothError
 from .base import METHODS, Batch, Method, StepContext, check_radius
 
@@ -53,7 +54,7 @@ def sample_k_plus(p: torch.Tensor, num_noise: int, generator: Optional[torch.Gen
     M uniforms from ``generator`` below p (a sum of M Bernoulli(p) draws: exactly Bin(M, p)).
     """
     p = p.detach().to(torch.float64 if p.dtype == torch.float64 else torch.float32)
-    u = torch.rand((p.shape[0], num_noise), generator=generator, device=p.device, dtype=p.dtype)
+    u = draw("rand", (p.shape[0], num_noise), generator, device=p.device, dtype=p.dtype)
     return (u < p[:, None]).sum(1).clamp_min(1)
 
 
@@ -214,12 +215,12 @@ class _CatRSBase(Method):
         ce = F.cross_entropy(logits, batch.y.repeat_interleave(m), reduction="none").reshape(b, m)
         correct = logits.reshape(b, m, k).argmax(2) == batch.y[:, None]
         p_hat = correct.to(logits.dtype).mean(1)                              # [B]
-        k_plus = sample_k_plus(self.k_probability(batch, p_hat), m, ctx.generator)
+        k_plus = sample_k_plus(self.k_probability(batch, p_hat), m, ctx)
         high_terms = mask = None
         stats: Dict[str, torch.Tensor] = {"acc_noisy": correct.float().mean(), "p_hat": p_hat.detach().mean()}
         if self.high != "none":
             objective = self.high_objective(batch, logits.detach().reshape(b, m, k))
-            delta_star = pgd_on_noise(model, batch.x, noises, objective, eps=self.current_eps(ctx),
+            delta_star = pgd_on_noise(ctx.unwrapped(model), batch.x, noises, objective, eps=self.current_eps(ctx),
                                       num_steps=self.num_steps, renorm=self.renorm)
             adv_logits = model(x_rep + delta_star)                            # train mode again
             high_terms = objective(adv_logits).reshape(b, m)

@@ -123,11 +123,11 @@ class SmoothAdv(Method):
         """x' [B, C, H, W] for clean x [B, C, H, W] and image-major noises [B*m, C, H, W]."""
         eps = self.current_eps(ctx)
         if self.attack == "pgd":
-            return pgd_smoothed_input(model, x, y, noises, eps=eps, num_steps=self.num_steps,
-                                      generator=ctx.generator)
+            return pgd_smoothed_input(ctx.unwrapped(model), x, y, noises, eps=eps, num_steps=self.num_steps,
+                                      generator=ctx)
         # train_pgd.py sets the DDN's initial norm to the warmed-up eps every epoch
-        return ddn_smoothed_input(model, x, y, noises, eps=eps, num_steps=self.num_steps,
-                                  init_norm=eps, generator=ctx.generator)
+        return ddn_smoothed_input(ctx.unwrapped(model), x, y, noises, eps=eps, num_steps=self.num_steps,
+                                  init_norm=eps, generator=ctx)
 
     def loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
         m, b = self.num_noise, len(batch)

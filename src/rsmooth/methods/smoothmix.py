@@ -47,6 +47,7 @@ from torch import nn
 
 from ..attacks.base import frozen_eval
 from ..attacks.pgd import l2_normalize, project_l2, smoothed_log_prob
+from ..draws import draw
 from ..errors import check
 from .base import METHODS, Batch, Method, StepContext, check_radius
 
@@ -58,7 +59,7 @@ LOG_FLOOR = math.log(1e-20)
 def sample_lambda(batch_size: int, generator: torch.Generator, *, device=None,
                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Mixing weights lambda ~ U[0, 1/2], one per example: [B] (Jeong et al. 2021 Algorithm 1, line 1)."""
-    return torch.rand(batch_size, generator=generator, device=device, dtype=dtype).mul_(0.5)
+    return draw("rand", (batch_size,), generator, device=device, dtype=dtype).mul_(0.5)
 
 
 def mix_inputs(x: torch.Tensor, x_adv: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
@@ -227,9 +228,9 @@ class SmoothMix(Method):
         noise = self.noise_like(x.unsqueeze(1).expand(b, m, *x.shape[1:]), ctx)  # [B x m x C x H x W]
         sched = self.schedule(ctx)
         x_side, x_adv = smoothmix_adversary(
-            model, x, y, noise, alpha=self.alpha_step, num_steps=self.num_steps, eps=self.eps or None,
+            ctx.unwrapped(model), x, y, noise, alpha=self.alpha_step, num_steps=self.num_steps, eps=self.eps or None,
             mix_step=self.mix_step, mix_radius=sched["mix_radius"])
-        lam = sample_lambda(b, ctx.generator, device=x.device, dtype=x.dtype)
+        lam = sample_lambda(b, ctx, device=x.device, dtype=x.dtype)
         logits_clean = model(_noisy(x_side, noise)).view(b, m, -1)
         logits_mix = model(_noisy(mix_inputs(x_side, x_adv, lam), noise)).view(b, m, -1)
         ce, mix, mask = smoothmix_terms(logits_clean, logits_mix, y, lam, self.variant)

@@ -1,0 +1,203 @@
+"""Training under torchrun (issue 8, item 1): each optimiser step's chunk is split across the ranks
+with the noise each example gets in one process, so W = 2 gloo ranks on CPU take the steps of one
+process; resume with another W; a refusal or a killed rank stops the job in one line."""
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from rsmooth.cli import main
+from rsmooth.engine.distributed import World, share
+from rsmooth.errors import RsmoothError
+from rsmooth.methods import METHODS, Batch, StepContext, create_method
+from rsmooth.models import create_model
+
+from test_distributed import ENV, one_line, torchrun
+
+#: small settings of every method, so one step takes milliseconds
+SMALL = {"smoothadv": {"num_noise": 2, "num_steps": 2}, "smoothmix": {"num_noise": 2, "num_steps": 2},
+         "catrs": {"num_noise": 2, "num_steps": 2}, "catrs-v1": {"num_noise": 2, "num_steps": 2},
+         "consistency": {"num_noise": 2}, "macer": {"num_noise": 4}}
+TRAIN = ["train", "--dataset", "digits", "--batch-size", "100", "--device", "cpu"]
+#: a chunked method and MACER, at learning rates where a one-process run is itself stable: a
+#: relative perturbation of 1e-7 stays that small (SmoothAdv's attack, or consistency at lr
+#: 0.05, amplify any rounding difference within an epoch, in one process as much as in two)
+RUNS = {"consistency": [*TRAIN, "--method", "consistency", "--num-noise", "2", "--lr", "0.01"],
+        "macer": [*TRAIN, "--method", "macer", "--num-noise", "4", "--lbd", "1", "--lr", "0.03"]}
+
+
+def test_share_is_tensor_split():
+    for n in range(0, 12):
+        for size in (1, 2, 3, 5):
+            parts = torch.arange(n).tensor_split(size)
+            for rank in range(size):
+                lo, hi = share(n, World(rank, size))
+                assert torch.equal(torch.arange(n)[lo:hi], parts[rank])
+
+
+def test_step_draws_are_the_one_process_rows():
+    def ctx(rows=None):
+        return StepContext(torch.Generator().manual_seed(3), rows=rows)
+
+    full = ctx()
+    expect = (full.randn((14, 2, 3)), full.rand((7, 4)))  # 7 examples x 2 copies, then 7 x 4
+    for lo, hi in ((0, 3), (3, 5), (5, 7)):
+        part = ctx((lo, hi, 7))
+        assert torch.equal(part.randn((2 * (hi - lo), 2, 3)), expect[0][2 * lo:2 * hi])
+        assert torch.equal(part.rand((hi - lo, 4)), expect[1][lo:hi])
+    with pytest.raises(RsmoothError, match=r"does not run over the 2 examples"):
+        ctx((0, 2, 7)).randn((3, 5))
+
+
+@pytest.mark.parametrize("name", METHODS.names())
+def test_shares_of_a_step_sum_to_the_one_process_gradient(name):
+    """The engine's rule: rank r backpropagates its loss x n_r / n; the sum over the ranks (what
+    DistributedDataParallel's average x W is) is the one-process gradient of the whole chunk."""
+    torch.manual_seed(0)
+    model = create_model("digits_cnn", "digits")
+    x, y = torch.rand(7, 1, 8, 8), torch.randint(0, 10, (7,))
+    targets = torch.softmax(torch.randn(7, 10), 1)
+    method = create_method(name, sigma=0.5, **SMALL.get(name, {}))
+
+    def grad(lo, hi, rows):
+        model.zero_grad()
+        ctx = StepContext(torch.Generator().manual_seed(5), epoch=3, num_epochs=10, rows=rows)
+        batch = Batch(x[lo:hi], y[lo:hi], torch.arange(lo, hi), {"targets": targets[lo:hi]})
+        loss, _ = method.loss(model, batch, ctx)
+        (loss * (hi - lo) / 7).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    one = grad(0, 7, None)
+    ranks = sum(grad(*share(7, World(r, 3)), (*share(7, World(r, 3)), 7)) for r in range(3))
+    torch.testing.assert_close(ranks, one, rtol=1e-5, atol=1e-7)
+
+
+class Counting(nn.Module):
+    """Stands in for DistributedDataParallel: counts the forward passes that go through it."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module, self.calls = module, 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.module(x)
+
+
+@pytest.mark.parametrize("name, forwards", [("smoothadv", 1), ("smoothmix", 2), ("catrs", 2), ("catrs-v1", 2)])
+def test_attacks_run_on_the_unwrapped_module(name, forwards):
+    torch.manual_seed(0)
+    model = create_model("digits_cnn", "digits")
+    wrapped = Counting(model)
+    batch = Batch(torch.rand(4, 1, 8, 8), torch.randint(0, 10, (4,)), torch.arange(4),
+                  {"targets": torch.softmax(torch.randn(4, 10), 1)})
+    ctx = StepContext(torch.Generator().manual_seed(1), rows=(0, 4, 4), module=model)
+    create_method(name, **SMALL[name]).loss(wrapped, batch, ctx)
+    assert wrapped.calls == forwards  # the training forwards only; the attack steps went to ``model``
+
+
+def test_sync_bn_needs_cuda(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main([*TRAIN, "--epochs", "1", "--sync-bn", "--out", str(tmp_path / "r")]) == 2
+    assert "--sync-bn needs CUDA devices" in one_line(capsys)
+    assert not (tmp_path / "r").exists()
+
+
+# ----------------------------------------------------------------------------- torchrun
+
+
+def weights(run):
+    return torch.load(Path(run) / "checkpoint.pt", weights_only=True)["state_dict"]
+
+
+def history(run):
+    return [{k: v for k, v in r.items() if k != "time"} for r in
+            torch.load(Path(run) / "checkpoint.pt", weights_only=True)["history"]]
+
+
+def assert_same_run(a, b):
+    """Weights to float-reduction tolerance, the log's figures likewise (time aside)."""
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:  # relative to the tensor's norm: a float reduction's rounding, not a step apart
+        assert float((wb[k] - wa[k]).norm() / wa[k].norm()) < 1e-5, k
+    for ra, rb in zip(history(a), history(b), strict=True):
+        assert ra.keys() == rb.keys()
+        for k in ra:
+            assert rb[k] == pytest.approx(ra[k], rel=1e-4, abs=2e-3), k  # accuracies: one image of 360 at most
+
+
+def run(*args, timeout=240):
+    p = torchrun(*args)
+    stdout, stderr = p.communicate(timeout=timeout)
+    return p.returncode, stdout, stderr
+
+
+@pytest.fixture(scope="module")
+def one(tmp_path_factory):
+    """One-process runs: consistency (chunked) and MACER, 2 epochs each."""
+    root = tmp_path_factory.mktemp("one")
+    for name, args in RUNS.items():
+        assert main([*args, "--epochs", "2", "--out", str(root / name)]) == 0
+    return root
+
+
+@pytest.mark.parametrize("name", ["consistency", "macer"])
+def test_two_ranks_train_as_one_process(one, tmp_path, name):
+    code, stdout, stderr = run(*RUNS[name], "--epochs", "2", "--out", tmp_path / "r")
+    assert code == 0, stderr
+    assert stdout.count("checkpoint:") == 1 and stdout.count("epoch 2/2") == 1  # rank 0 only
+    assert_same_run(one / name, tmp_path / "r")
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["world_size"] == 2
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["checkpoint.pt", "config.json", "train.log"]
+
+    if name == "consistency":  # rank 0 refuses to overwrite: every rank stops, in one line each
+        code, _, stderr = run(*RUNS[name], "--epochs", "2", "--out", tmp_path / "r")
+        assert code != 0
+        assert re.search(r"^rsmooth: error: .*checkpoint.pt already exists; pass --resume", stderr, re.M), stderr
+        assert "rank 1 of 2: rank 0 refused the run" in stderr
+        assert len(re.findall(r"^rsmooth: error:", stderr, re.M)) == 2 and "rsmooth/" not in stderr  # (torchrun's own report follows)
+
+
+def test_resume_with_another_number_of_processes(one, tmp_path):
+    out = tmp_path / "r"
+    code, _, stderr = run(*RUNS["consistency"], "--epochs", "1", "--out", out)
+    assert code == 0, stderr
+    assert main([*RUNS["consistency"], "--epochs", "2", "--out", str(out), "--resume"]) == 0
+    assert_same_run(one / "consistency", out)
+
+
+def _rank_pid(parent: int, rank: int) -> int:
+    """The pid of torchrun's worker of ``rank`` (its child with RANK=rank in its environment)."""
+    for child in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
+        env = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        if f"RANK={rank}".encode() in env:
+            return int(child)
+    raise LookupError(rank)
+
+
+def test_killed_rank_stops_the_job_and_resume_finishes(one, tmp_path):
+    out = tmp_path / "r"
+    args = [*RUNS["consistency"], "--epochs", "2", "--out", out]
+    p = torchrun(*args)
+    end = time.monotonic() + 120
+    while not (out / "checkpoint.pt").exists():  # after the first epoch
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() < end
+        time.sleep(0.02)
+    os.kill(_rank_pid(p.pid, 1), signal.SIGKILL)
+    _, stderr = p.communicate(timeout=120)
+    assert p.returncode != 0
+    # rank 0 was stopped by torchrun, or (in a collective already) saw gloo lose rank 1
+    assert re.search(r"^rsmooth: (error: )?rank 0 of 2: .*rerun the same torchrun command", stderr, re.M), stderr
+    code, _, stderr = run(*args, "--resume")
+    assert code == 0, stderr
+    assert_same_run(one / "consistency", out)
