@@ -153,6 +153,9 @@ class Smooth:
     Noise is drawn in the model's own dtype in every mode, so a generator seed gives the
     same noisy inputs whatever the mode.  ``DEFAULT_BATCH_SIZE`` is a good ``batch_size``
     on CPU.  Non-finite logits on any noisy input raise an error instead of voting.
+    Noise, votes and counts stay on the model's device and its forward passes are queued
+    without waiting for it: ``certify`` and ``predict`` copy the counts to the host once per
+    input, ``count_votes`` reads one number (the non-finite check) per call.
     """
 
     ABSTAIN = -1
