@@ -9,10 +9,12 @@ device="cuda")`` copies from the host and waits).  On the CPU these are cheap, s
 count them with a dispatch mode (every aten op passes through it) and wrappers on the
 conversion methods: one training step of every method must make none, CERTIFY and PREDICT a
 fixed number per input whatever the number of forward passes, ``count_votes`` (a targets block)
-one.  On a CUDA machine the same tests also run on the GPU under
+one, and the certify and targets drivers as many per example (per block) whatever n.  On a CUDA
+machine the same tests also run on the GPU under
 ``torch.cuda.set_sync_debug_mode("warn")``, which reports every wait the device really makes.
 """
 import ast
+import collections
 import contextlib
 import warnings
 from pathlib import Path
@@ -21,6 +23,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from rsmooth.engine import TrainConfig, run_certification, train
+from rsmooth.engine.targets import compute_targets
 from rsmooth.methods import METHODS, Batch, StepContext, create_method
 from rsmooth.methods.base import hyperparameters
 from rsmooth.models import create_model
@@ -186,6 +190,47 @@ def test_count_votes_waits_once_per_call(device):
         # the input's finiteness check (on the host copy), the count of non-finite logits
         assert sorted(events) == sorted(["bool", "int"] + (["cuda-sync"] if device == "cuda" else []))
         assert counts.device.type == device and counts.sum().item() == 6 * num
+
+
+@pytest.fixture(scope="module")
+def digits_model(tmp_path_factory):
+    out = tmp_path_factory.mktemp("digits")
+    train(TrainConfig(dataset="digits", epochs=1), out, progress=False, log=lambda s: None)
+    return out
+
+
+def _certify_reads(model, out, **kw):
+    with host_reads() as events:
+        run_certification(str(model), str(out), n0=8, batch_size=4, progress=False, log=lambda s: None, **kw)
+    return collections.Counter(events)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["certify", "predict"])
+def test_the_certify_driver_reads_per_example_not_per_forward_pass(digits_model, tmp_path, mode, device):
+    """1 and 3 examples at n = 16 and n = 64 (4 and 16 forward passes each): each example adds
+    the same reads, whatever n: its label and finiteness check on the host, one copy of its counts."""
+    _certify_reads(digits_model, tmp_path / "warm-up.tsv", mode=mode, n=8, max=1, device=device)
+    runs = {(n, m): _certify_reads(digits_model, tmp_path / f"{n}-{m}.tsv", mode=mode, n=n, max=m, device=device)
+            for n in (16, 64) for m in (1, 3)}
+    assert runs[16, 1] == runs[64, 1] and runs[16, 3] == runs[64, 3]
+    two_more = {"int": 2, "bool": 2, "cpu": 2, "numpy": 2, **({"cuda-sync": 2} if device == "cuda" else {})}
+    assert runs[16, 3] - runs[16, 1] == two_more
+
+
+def _targets_reads(model, out, num, device):
+    with host_reads() as events:
+        compute_targets(str(model), str(out), num_samples=num, batch_size=8, device=device, stop_after_blocks=1,
+                        progress=False, log=lambda s: None)
+    return collections.Counter(events)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_targets_driver_reads_per_block_not_per_forward_pass(digits_model, tmp_path, device):
+    """One block of 256 training images at 8 and 16 noisy samples each: the same reads."""
+    _targets_reads(digits_model, tmp_path / "warm-up.npy", 8, device)
+    assert _targets_reads(digits_model, tmp_path / "8.npy", 8, device) == \
+        _targets_reads(digits_model, tmp_path / "16.npy", 16, device)
 
 
 # -- noise on the device, device choice in one place --------------------------------------------
