@@ -13,7 +13,6 @@ import math
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..errors import RsmoothError
@@ -41,8 +40,9 @@ def smoothed_vote(logits: torch.Tensor) -> torch.Tensor:
     The reference takes ``argmax(1).mode()`` over the copies; ties go to the lowest class
     index here (what ``torch.mode`` returns on CPU; its tie rule is not documented).
     """
-    k = logits.shape[2]
-    counts = F.one_hot(logits.argmax(2), k).sum(1)
+    votes = logits.argmax(2)                                                    # [B, m]
+    # scatter_add_, not one_hot: one_hot reads the votes' range back to the host off CUDA
+    counts = votes.new_zeros(logits.shape[0], logits.shape[2]).scatter_add_(1, votes, torch.ones_like(votes))
     return counts.argmax(1)
 
 

@@ -53,7 +53,8 @@ def project_l2(delta: torch.Tensor, eps: Union[float, torch.Tensor]) -> torch.Te
     so the result's norm is <= eps; other rows are unchanged.
     """
     norms = delta.flatten(1).norm(p=2, dim=1)
-    eps_t = torch.as_tensor(eps, dtype=norms.dtype, device=norms.device)
+    # a float is filled in on the device: torch.as_tensor(float, device=...) copies from the host and waits
+    eps_t = eps.to(norms) if isinstance(eps, torch.Tensor) else norms.new_full((), eps)
     scale = torch.where(norms > eps_t, eps_t / (norms + 1e-7), torch.ones_like(norms))
     return delta * _per_example(scale, delta)
 
@@ -75,8 +76,7 @@ def smoothed_log_prob(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
                            f"{tuple(logits.shape)} and {tuple(y.shape)}")
     m = logits.shape[1]
     logp_y = F.log_softmax(logits, dim=2).gather(2, y.reshape(-1, 1, 1).expand(-1, m, 1)).squeeze(2)
-    return torch.logsumexp(logp_y, dim=1) - torch.log(torch.tensor(float(m), dtype=logp_y.dtype,
-                                                                    device=logp_y.device))
+    return torch.logsumexp(logp_y, dim=1) - logp_y.new_full((), m).log()  # filled on the device: no host copy
 
 
 def ascent_direction(grad: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:

@@ -324,7 +324,7 @@ class CATRS(_CatRSBase):
         elif self.target == "smoothed":
             t = F.softmax(logits.detach(), dim=2).mean(1)
         else:
-            t = F.one_hot(batch.y, k)
+            t = logits.new_zeros(b, k).scatter_(1, batch.y[:, None], 1.0)  # one-hot; F.one_hot reads y's range
         t_rep = t.to(logits.dtype).repeat_interleave(m, 0)                    # [B*M, K]
         return lambda lg: kl_to_target(lg, t_rep)
 

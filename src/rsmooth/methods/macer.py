@@ -54,14 +54,15 @@ def macer_loss(logits: torch.Tensor, y: torch.Tensor, sigma: float, lbd: float, 
     loss_cls = F.nll_loss(torch.log(probs + 1e-10), y, reduction="sum")
     probs_beta = F.softmax(beta * logits, dim=2).mean(1)                        # [B, K]
     top = probs_beta.topk(2, dim=1)
-    correct = top.indices[:, 0] == y
-    p1, p2 = top.values[correct, 0], top.values[correct, 1]
+    p1, p2 = top.values[:, 0], top.values[:, 1]
     with torch.no_grad():
         d = normal_icdf(p2) - normal_icdf(p1)
-        keep = torch.isfinite(d) & (d.abs() <= gamma)
-    # recompute on the kept examples only, so that no inf/nan enters the backward pass
-    d_kept = normal_icdf(p2[keep]) - normal_icdf(p1[keep])
-    loss_rob = (d_kept + gamma).sum() * sigma / 2
+        keep = (top.indices[:, 0] == y) & torch.isfinite(d) & (d.abs() <= gamma)
+    # recompute with the dropped examples at p = 1/2, so that no inf/nan enters the backward pass;
+    # masks instead of boolean indexing keep every shape fixed (no wait for the device)
+    half = p1.new_full((), 0.5)
+    d_kept = normal_icdf(torch.where(keep, p2, half)) - normal_icdf(torch.where(keep, p1, half))
+    loss_rob = torch.where(keep, d_kept + gamma, 0.0).sum() * sigma / 2
     loss = (loss_cls + lbd * loss_rob) / b
     return loss, {"loss_cls": loss_cls.detach() / b, "loss_rob": loss_rob.detach() / b,
                   "frac_hinge": keep.sum().to(logits.dtype) / b}

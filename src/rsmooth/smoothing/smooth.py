@@ -11,7 +11,7 @@ import copy
 import enum
 import math
 from contextlib import contextmanager
-from typing import Callable, Dict, Iterator, Optional, Set, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import numpy as np
 import torch
@@ -153,6 +153,9 @@ class Smooth:
     Noise is drawn in the model's own dtype in every mode, so a generator seed gives the
     same noisy inputs whatever the mode.  ``DEFAULT_BATCH_SIZE`` is a good ``batch_size``
     on CPU.  Non-finite logits on any noisy input raise an error instead of voting.
+    Noise, votes and counts stay on the model's device and its forward passes are queued
+    without waiting for it: ``certify`` and ``predict`` copy the counts to the host once per
+    input, ``count_votes`` reads one number (the non-finite check) per call.
     """
 
     ABSTAIN = -1
@@ -296,10 +299,17 @@ class Smooth:
         num = validate_count("num", num)
         batch_size = validate_count("batch_size", batch_size)
         with self._eval():
-            return self._count(xs, num, batch_size, generator)
+            counts = self._count(xs, num, batch_size, generator)
+        _refuse_nonfinite(int(counts[:, -1].sum()), xs.shape[0] * num)  # the one wait for the device
+        return counts[:, :-1].contiguous()
 
     def _count(self, xs, num, batch_size, generator) -> torch.Tensor:
-        xs = xs.to(device=self.device, dtype=self._noise_dtype).contiguous()
+        """Counts [B x K+1] on the model's device, column K the noisy inputs with non-finite logits.
+
+        Nothing here waits for the device: the input is copied to it without blocking, and the
+        noise, votes and counts stay on it, so the forward passes queue back to back.
+        """
+        xs = xs.to(device=self.device, dtype=self._noise_dtype, non_blocking=True).contiguous()
         B, K = xs.shape[0], self.num_classes
         _validate_generator(generator, self.device)
         self._check_model(xs)
@@ -319,13 +329,19 @@ class Smooth:
                 raise
             raise RsmoothError(f"out of memory classifying {shape[0] * shape[1]} noisy inputs per forward "
                                f"pass on {self.device}; lower batch_size (--batch-size, now {batch_size})") from e
-        bad = int(counts[:, K].sum())
-        check(bad == 0, f"the base classifier returned NaN/inf logits for {bad} of {B * num} noisy inputs; "
-                        f"check the checkpoint / model (are its weights finite?)")
-        return counts[:, :K].contiguous()
+        return counts
 
-    def _count_one(self, x, num, batch_size, generator) -> np.ndarray:
-        return self._count(x.unsqueeze(0), num, batch_size, generator)[0].cpu().numpy()
+    def _host_counts(self, x: torch.Tensor, nums: Tuple[int, ...], batch_size: int,
+                     generator: Optional[torch.Generator]) -> List[np.ndarray]:
+        """Counts [K] of x [C x H x W] for each of ``nums`` fresh noisy samples, in that order.
+
+        The device is waited for once, when all of them are done: one copy to the host per input.
+        """
+        xs = x.unsqueeze(0).to(device=self.device, dtype=self._noise_dtype, non_blocking=True)
+        counts = torch.cat([self._count(xs, num, batch_size, generator) for num in nums]).cpu().numpy()
+        for row, num in zip(counts, nums):
+            _refuse_nonfinite(int(row[-1]), num)
+        return list(counts[:, :-1])
 
     # -- Cohen et al.'s procedures -------------------------------------------------------
     def predict(
@@ -351,7 +367,7 @@ class Smooth:
         alpha = validate_alpha(alpha)
         batch_size = validate_count("batch_size", batch_size)
         with self._eval():
-            counts = self._count_one(x, n, batch_size, generator)
+            (counts,) = self._host_counts(x, (n,), batch_size, generator)
         top2 = np.argsort(-counts, kind="stable")[:2]  # ties to the lowest index
         n_a, n_b = int(counts[top2[0]]), int(counts[top2[1]])
         if binom_pvalue(n_a, n_b) > alpha:
@@ -384,14 +400,18 @@ class Smooth:
         n = validate_count("n", n)
         alpha = validate_alpha(alpha)
         batch_size = validate_count("batch_size", batch_size)
-        with self._eval():
-            counts0 = self._count_one(x, n0, batch_size, generator)
-            c_a = int(np.argmax(counts0))  # first maximum: ties to the lowest index
-            counts = self._count_one(x, n, batch_size, generator)
+        with self._eval():  # both counts before c_A is read, so the device is waited for once
+            counts0, counts = self._host_counts(x, (n0, n), batch_size, generator)
+        c_a = int(np.argmax(counts0))  # first maximum: ties to the lowest index
         p_lower = clopper_pearson_lower(int(counts[c_a]), n, alpha)
         if p_lower < 0.5:
             return Smooth.ABSTAIN, 0.0
         return c_a, certified_radius(p_lower, self.sigma)
+
+
+def _refuse_nonfinite(bad: int, total: int) -> None:
+    check(bad == 0, f"the base classifier returned NaN/inf logits for {bad} of {total} noisy inputs; "
+                    f"check the checkpoint / model (are its weights finite?)")
 
 
 def _model_dtype(model: nn.Module) -> torch.dtype:
