@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -98,11 +99,11 @@ def run_world(size: int, worker_args) -> Tuple[float, float]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = ["torchrun", "--standalone", "--nproc-per-node", str(size), __file__, "--", *map(str, worker_args)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("SECONDS ")]
-    if done.returncode or not lines:
+    seconds = re.findall(r"SECONDS (\d+\.\d{4})", done.stdout)  # the ranks' lines may interleave
+    if done.returncode or not seconds:
         sys.exit(f"W={size} failed:\n{done.stderr[-3000:]}")
-    wall = float(lines[0].split()[1])
-    cpu = [float(ln.split()[1]) for ln in done.stdout.splitlines() if ln.startswith("CPU ")]
+    wall = float(seconds[0])
+    cpu = [float(t) for t in re.findall(r"CPU (\d+\.\d{4})", done.stdout)]
     return wall, sum(cpu) / len(cpu) / wall
 
 

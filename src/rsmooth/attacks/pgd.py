@@ -83,9 +83,10 @@ def ascent_direction(grad: torch.Tensor, generator: Optional[torch.Generator] = 
     """The step direction of the reference attacks: grad / ||grad||_2 per example.
 
     Where a row's gradient is exactly zero the reference code steps along an (unnormalised)
-    standard normal draw instead; with a ``generator`` this does the same (the draw is made for
-    every row, so the stream advances the same way whatever the gradients are, and no device
-    synchronisation is needed); without one such rows do not move.
+    standard normal draw instead; with a ``generator`` (a ``torch.Generator`` or a training step's
+    context, see :func:`rsmooth.draws.draw`) this does the same (the draw is made for every row, so
+    the stream advances the same way whatever the gradients are, and no device synchronisation is
+    needed); without one such rows do not move.
     """
     d = l2_normalize(grad)
     if generator is None:

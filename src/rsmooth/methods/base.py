@@ -6,7 +6,9 @@ The engine splits each loader batch into ``num_chunks`` chunks and takes one opt
 chunk (as the Jeong-family training scripts do for SmoothAdv, Consistency, SmoothMix and CAT-RS).
 Under the engine's fast modes ``loss`` runs inside ``torch.autocast`` (``--precision``) and may
 receive a compiled model (``--compile``): activations can be bf16 or fp16, inputs and noise stay
-fp32.
+fp32.  Under ``torchrun`` a loss sees one process's share of the chunk and a DistributedDataParallel
+model, so it must be a mean of per-example terms, draw its randomness through ``ctx`` (image-major,
+first dimension over the examples) and attack ``ctx.unwrapped(model)``.
 """
 from __future__ import annotations
 

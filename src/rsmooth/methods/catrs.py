@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -47,11 +47,12 @@ TARGET_MODES = ("consistency", "smoothed", "hard")
 
 # -- pure pieces ------------------------------------------------------------------------------
 
-def sample_k_plus(p: torch.Tensor, num_noise: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+def sample_k_plus(p: torch.Tensor, num_noise: int, generator: Any = None) -> torch.Tensor:
     """K+ = max(K, 1) with K ~ Bin(M, p) per example (Jeong et al. 2023 Algorithm 1 line 3).
 
     p: [B] probabilities in [0, 1]; returns int64 [B] in {1, ..., M}.  K is drawn as the number of
-    M uniforms from ``generator`` below p (a sum of M Bernoulli(p) draws: exactly Bin(M, p)).
+    M uniforms from ``generator`` (a generator or a step context, see :func:`rsmooth.draws.draw`)
+    below p (a sum of M Bernoulli(p) draws: exactly Bin(M, p)).
     """
     p = p.detach().to(torch.float64 if p.dtype == torch.float64 else torch.float32)
     u = draw("rand", (p.shape[0], num_noise), generator, device=p.device, dtype=p.dtype)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -56,7 +56,7 @@ VARIANTS = ("code", "paper")
 LOG_FLOOR = math.log(1e-20)
 
 
-def sample_lambda(batch_size: int, generator: torch.Generator, *, device=None,
+def sample_lambda(batch_size: int, generator: Any, *, device=None,
                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Mixing weights lambda ~ U[0, 1/2], one per example: [B] (Jeong et al. 2021 Algorithm 1, line 1)."""
     return draw("rand", (batch_size,), generator, device=device, dtype=dtype).mul_(0.5)
