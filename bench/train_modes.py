@@ -4,7 +4,7 @@ effect of bf16 on accuracy.
 Speed: Gaussian and CAT-RS steps of LeNet (Fashion-MNIST shapes, the fashion-mnist/*/0.50
 presets' hyperparameters) and CIFAR ResNet-20 (CIFAR-10 shapes, the cifar10/*/0.50 presets'),
 on random tensors, through the engine's own step and modes (``bench/train_step.py``'s Runner:
-``engine.train._fast_modes``, autocast around ``method.loss``, the gradient scaler).  Each mode
+``engine.train._fast_modes`` and ``_Run.step``: autocast around ``method.loss``, the gradient scaler).  Each mode
 (fp32 eager, bf16, channels-last, compile; fp16 on CUDA) has its own model; the first step of
 each is a warm-up (for compile: the compilation, reported as "first step s").  Repeats are
 interleaved, the mode order rotating, and every figure is a median.

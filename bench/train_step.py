@@ -37,7 +37,8 @@ import torch
 from rsmooth.data import dataset_info
 from rsmooth.engine import TrainConfig
 from rsmooth.engine.seeding import derive_seed
-from rsmooth.engine.train import _fast_modes
+from rsmooth.engine.distributed import World
+from rsmooth.engine.train import _fast_modes, _Run
 from rsmooth.methods import METHODS, Batch, StepContext, create_method
 from rsmooth.models import create_model
 from rsmooth.presets import PRESETS
@@ -82,8 +83,11 @@ class Runner:
         self.method, sgd, self.batch_size, self.source = setting(name, dataset, sigma, batch_size)
         torch.manual_seed(seed)
         self.model = create_model(arch, data).to(device).train()
-        self.net, self.autocast, self.scaler = _fast_modes(self.model, TrainConfig(**modes), device)
-        self.opt = torch.optim.SGD(self.model.parameters(), **sgd)
+        config, world = TrainConfig(**modes), World()
+        opt = torch.optim.SGD(self.model.parameters(), **sgd)
+        self.run = _Run(config, self.method, self.model, *_fast_modes(self.model, config, device, world), opt,
+                        None, torch.amp.GradScaler(device.type, enabled=config.precision == "fp16"), world,
+                        device, {})
         info = dataset_info(data)
         g = torch.Generator().manual_seed(seed)
         b = self.batch_size
@@ -100,16 +104,8 @@ class Runner:
         """One optimiser step of the engine's inner loop, on the next chunk of the batch."""
         b, j = divmod(self.steps, len(self.chunks))
         self.noise_gen.manual_seed(derive_seed(0, "noise", EPOCH, b, j))
-        ctx = StepContext(self.noise_gen, EPOCH, NUM_EPOCHS, self.steps, LR_DROP)
-        self.opt.zero_grad(set_to_none=True)
-        with self.autocast():
-            loss, stats = self.method.loss(self.net, self.chunks[j], ctx)
-        self.scaler.scale(loss).backward()
-        self.scaler.step(self.opt)
-        self.scaler.update()
+        self.run.step(self.chunks[j], StepContext(self.noise_gen, EPOCH, NUM_EPOCHS, self.steps, LR_DROP))
         self.steps += 1
-        for v in (loss, *stats.values()):  # the engine's bookkeeping: detached, no device sync
-            v.detach().float() if isinstance(v, torch.Tensor) else float(v)
 
     def time_per_step(self, steps: int) -> float:
         sync(self.device)
