@@ -201,3 +201,14 @@ def test_killed_rank_stops_the_job_and_resume_finishes(one, tmp_path):
     code, _, stderr = run(*args, "--resume")
     assert code == 0, stderr
     assert_same_run(one / "consistency", out)
+
+
+def test_pipeline_under_torchrun_runs_every_step_in_one_process_group(tmp_path):
+    args = ["pipeline", "catrs", "--dataset", "digits", "--sigma", "0.5", "--epochs", "1", "--target-samples", "4",
+            "--n0", "10", "--n", "50", "--max", "6", "--device", "cpu", "--no-compare-gaussian", "--out", tmp_path]
+    code, stdout, stderr = run(*args)
+    assert code == 0, stderr
+    assert stdout.count("== train gaussian_0.25") == 1 and stdout.count("| CAT-RS sigma=0.5 |") == 1  # rank 0 only
+    assert len((tmp_path / "catrs_0.50" / "certify.tsv").read_text().splitlines()) == 7
+    code, stdout, stderr = run(*args)  # rerun: every step is found done
+    assert code == 0 and "is already complete" in stdout, stderr

@@ -484,13 +484,15 @@ def cmd_pipeline(args: argparse.Namespace) -> None:
     overrides = {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
                  "lr_step": args.lr_step, "lr_timing": args.lr_timing, "data_dir": args.data_dir,
                  "device": args.device}
-    print(run_pipeline(
+    table = run_pipeline(
         args.out, method=args.recipe, dataset=args.dataset, sigma=args.sigma,
         hparams=_method_args(args, args.recipe), train_overrides=overrides, target_samples=args.target_samples,
         target_augment=args.target_augment, n0=args.n0, n=args.n, alpha=args.alpha, skip=args.skip,
         max=args.max, seed=args.seed, compare_gaussian=args.compare_gaussian,
         certify_options={"start": args.start, "precision": args.precision, "channels_last": args.channels_last,
-                         "data_dir": args.data_dir, "device": args.device}))
+                         "data_dir": args.data_dir, "device": args.device})
+    if table:  # rank 0 under torchrun
+        print(table)
 
 
 def cmd_analyze(args: argparse.Namespace) -> None:

@@ -93,7 +93,7 @@ def run_certification(
                              "drop --shard or run without torchrun")
         shard = (world.rank, world.size)
         if not world.main:
-            progress, log = False, _quiet
+            progress, log = False, distributed.quiet
     dev = distributed.rank_device(resolve_device(device), world)
     _check_out(out, resolve_checkpoint_path(checkpoint), overwrite)
     if shard is not None:
@@ -150,6 +150,7 @@ def run_certification(
         if world.main:
             merge_certify(out_path, [shard_path(out_path, (r, world.size)) for r in range(world.size)],
                           overwrite=overwrite, log=log)
+        distributed.barrier(world, "rank 0's merge")  # every rank returns once OUT is there
     return out_path
 
 
@@ -161,9 +162,6 @@ def _wait_for_others(seconds: float, done_here: int, share: int) -> Optional[dat
         return None
     return max(_MIN_WAIT, datetime.timedelta(seconds=3 * seconds / done_here * (share + 1)))
 
-
-def _quiet(message: str) -> None:
-    """The log of ranks other than 0."""
 
 
 def _finished(out: Path, meta: dict) -> bool:

@@ -44,6 +44,10 @@ class World:
         return f"rank {self.rank} of {self.size}"
 
 
+def quiet(message: str) -> None:
+    """The log of ranks other than 0."""
+
+
 def _env_int(name: str, default: int) -> int:
     text = os.environ.get(name, "")
     if not text:

@@ -21,6 +21,7 @@ from ..errors import RsmoothError, check
 from ..methods import create_method
 from ..paths import check_output_dir
 from ..smoothing import Precision, validate_alpha, validate_count, validate_sigma
+from . import distributed
 from .certify import run_certification
 from .checkpoint import resolve_device
 from .seeding import validate_seed
@@ -80,7 +81,8 @@ def run_pipeline(
     certify_options: Optional[Dict[str, Any]] = None,
     log: Callable[[str], None] = print,
 ) -> str:
-    """Run (or continue) the recipe into ``out``; return the results table (markdown).
+    """Run (or continue) the recipe into ``out``; return the results table (markdown; under
+    torchrun each step runs on every rank and rank 0 returns the table, the others "").
 
     ``train_overrides`` (epochs, batch_size, lr, ...) apply to every model trained, so the
     comparison is under one budget; ``hparams`` are the CAT-RS hyperparameters on top of the
@@ -108,6 +110,9 @@ def run_pipeline(
         raise RsmoothError(f"unknown precision {copts['precision']!r}; choose one of: "
                            f"{', '.join(p.value for p in Precision)}") from None
     resolve_device(copts.get("device"))
+    w = distributed.world()
+    if not w.main:
+        log = distributed.quiet
     base_config = _config(dataset, "gaussian", SIGMA0, overrides, {})
     cat = _config(dataset, method, sigma, overrides, dict(hparams or {}))
     gauss_config = _config(dataset, "gaussian", sigma, overrides, {}) if compare_gaussian else None
@@ -126,16 +131,20 @@ def run_pipeline(
                                       skip=skip, max=max, seed=seed, log=log, **copts))
         labels.append(label)
 
-    base = trained(f"gaussian_{SIGMA0:.2f}", base_config)
-    targets = root / f"targets_{SIGMA0:.2f}.npy"
-    log(f"== targets from {base.name} ({target_samples} noises per training image)")
-    compute_targets(str(base), str(targets), num_samples=target_samples, augment=target_augment,
-                    seed=seed, log=log)
-    cat = dataclasses.replace(cat, targets=str(targets))
-    if gauss_config is not None:
-        gauss = base if sigma == SIGMA0 else trained(f"gaussian_{sigma:.2f}", gauss_config)
-        certified(gauss, f"Gaussian sigma={sigma}")
-    certified(trained(f"{method}_{sigma:.2f}", cat), f"CAT-RS sigma={sigma}")
+    # under torchrun one process group serves every step (each step's would reuse stale addresses)
+    with distributed.process_group(distributed.rank_device(resolve_device(base_config.device), w)):
+        base = trained(f"gaussian_{SIGMA0:.2f}", base_config)
+        targets = root / f"targets_{SIGMA0:.2f}.npy"
+        log(f"== targets from {base.name} ({target_samples} noises per training image)")
+        compute_targets(str(base), str(targets), num_samples=target_samples, augment=target_augment,
+                        seed=seed, log=log)
+        cat = dataclasses.replace(cat, targets=str(targets))
+        if gauss_config is not None:
+            gauss = base if sigma == SIGMA0 else trained(f"gaussian_{sigma:.2f}", gauss_config)
+            certified(gauss, f"Gaussian sigma={sigma}")
+        certified(trained(f"{method}_{sigma:.2f}", cat), f"CAT-RS sigma={sigma}")
+    if not w.main:
+        return ""
     table = analyze([str(p) for p in runs], labels=labels, plot=str(root / "certified_accuracy.png"))
     (root / "table.md").write_text(table + "\n")
     return table

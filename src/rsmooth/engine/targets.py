@@ -105,7 +105,7 @@ def compute_targets(
                              "drop --shard or run without torchrun")
         shard = (world.rank, world.size)
         if not world.main:
-            progress, log = False, _quiet
+            progress, log = False, distributed.quiet
     check_output_file(out, inputs=[resolve_checkpoint_path(checkpoint)])
     loaded = load_model(checkpoint, dataset=dataset)
     check(sigma is not None or loaded.sigma is not None,
@@ -153,11 +153,9 @@ def compute_targets(
         if world.main:
             merge_targets(out_path, [shard_path(out_path, (r, world.size)) for r in range(world.size)],
                           overwrite=overwrite, log=log)
+        distributed.barrier(world, "rank 0's merge")  # every rank returns once OUT is there
     return out_path
 
-
-def _quiet(message: str) -> None:
-    """The log of ranks other than 0."""
 
 
 def _block_rows(n: int, blocks: Sequence[int]) -> Tuple[List[int], int]:

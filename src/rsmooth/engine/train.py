@@ -312,7 +312,7 @@ def train(
     check(not (c.sync_bn and w.size > 1 and device.type != "cuda"),
           "--sync-bn needs CUDA devices (SyncBatchNorm runs on GPUs only); drop it to keep per-rank statistics")
     if not w.main:
-        progress, log = False, _quiet
+        progress, log = False, distributed.quiet
     ckpt_path = Path(out) / CHECKPOINT_NAME
 
     train_set = get_dataset(c.dataset, "train", data_dir=c.data_dir)
@@ -373,11 +373,8 @@ def train(
                     line += f"  eta {format_duration(per_epoch * (c.epochs - epoch - 1))}"
                 log(line)
                 write(record)
+        distributed.barrier(w, "rank 0's checkpoint")  # every rank returns once it is written
     return TrainResult(ckpt_path, history, model)
-
-
-def _quiet(_: str) -> None:
-    """The log of ranks other than 0."""
 
 
 def _start_state(ckpt_path: Path, c: TrainConfig, resume: bool, w: World,
