@@ -87,13 +87,9 @@ def run_certification(
     seed = validate_seed(seed)
     if sigma is not None:
         sigma = validate_sigma(sigma)
-    world = distributed.world()
-    if world.size > 1:
-        check(shard is None, "--shard under torchrun: each rank certifies shard RANK/WORLD_SIZE itself; "
-                             "drop --shard or run without torchrun")
-        shard = (world.rank, world.size)
-        if not world.main:
-            progress, log = False, distributed.quiet
+    world, shard = distributed.rank_shard(shard, "certifies")
+    if not world.main:
+        progress, log = False, distributed.quiet
     dev = distributed.rank_device(resolve_device(device), world)
     _check_out(out, resolve_checkpoint_path(checkpoint), overwrite)
     if shard is not None:

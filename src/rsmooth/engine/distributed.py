@@ -65,6 +65,17 @@ def world() -> World:
     return w
 
 
+def rank_shard(shard: Optional[Tuple[int, int]], verb: str) -> Tuple[World, Optional[Tuple[int, int]]]:
+    """(this process's place, the shard it computes): ``shard`` in a plain process, RANK/WORLD_SIZE
+    under torchrun, where a ``--shard`` of its own is refused (``verb``: what a rank does)."""
+    w = world()
+    if w.size == 1:
+        return w, shard
+    check(shard is None, f"--shard under torchrun: each rank {verb} shard RANK/WORLD_SIZE itself; "
+                         f"drop --shard or run without torchrun")
+    return w, (w.rank, w.size)
+
+
 def rank_device(dev: torch.device, w: World) -> torch.device:
     """``dev`` for this rank: a CUDA device without an index becomes ``cuda:LOCAL_RANK``."""
     if dev.type == "cuda" and dev.index is None and w.size > 1:

@@ -133,9 +133,7 @@ def merge_certify(out: Union[str, Path], shards: Optional[Sequence[Union[str, Pa
         atomic_write_bytes(out, "".join([TSV_HEADER + "\n"] + [line for _, line in rows]).encode("utf-8"))
         write_sidecar(out, {**merged, "complete": True})
         if not keep:
-            for p in paths:
-                sidecar_path(p).unlink(missing_ok=True)
-                p.unlink(missing_ok=True)
+            remove_shards(paths, sidecar_path)
     log(f"merged {k} shards into {out}: {len(rows)} examples")
     return out
 
@@ -188,3 +186,10 @@ def _rows(p: Path, meta: dict) -> List[Tuple[int, str]]:
                            f"{extra[0]} {'is missing' if extra[0] in share else 'is not in it'}); "
                            f"rerun its certify command with --overwrite")
     return [(int(i), ln if ln.endswith("\n") else ln + "\n") for i, ln in zip(result.idx.tolist(), lines)]
+
+
+def remove_shards(paths: Sequence[Path], meta_path: Callable[[Path], Path]) -> None:
+    """Delete merged shard files and their metadata files (``meta_path(shard)``)."""
+    for p in paths:
+        meta_path(p).unlink(missing_ok=True)
+        p.unlink(missing_ok=True)

@@ -44,7 +44,7 @@ from ..smoothing import Smooth, validate_count, validate_sigma
 from .checkpoint import file_sha256, resolve_checkpoint_path, resolve_device, load_model, versions
 from . import distributed
 from .seeding import generator, validate_seed
-from .shards import find_shards, parse_shard, shard_path
+from .shards import find_shards, parse_shard, remove_shards, shard_path
 
 #: images per resumable block (fixed, so seeds and augmentation do not depend on restarts)
 BLOCK = 256
@@ -99,13 +99,9 @@ def compute_targets(
     batch_size = validate_count("batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size)
     seed = validate_seed(seed)
     shard = None if shard is None else parse_shard(shard)
-    world = distributed.world()
-    if world.size > 1:
-        check(shard is None, "--shard under torchrun: each rank computes shard RANK/WORLD_SIZE itself; "
-                             "drop --shard or run without torchrun")
-        shard = (world.rank, world.size)
-        if not world.main:
-            progress, log = False, distributed.quiet
+    world, shard = distributed.rank_shard(shard, "computes")
+    if not world.main:
+        progress, log = False, distributed.quiet
     check_output_file(out, inputs=[resolve_checkpoint_path(checkpoint)])
     loaded = load_model(checkpoint, dataset=dataset)
     check(sigma is not None or loaded.sigma is not None,
@@ -280,9 +276,7 @@ def merge_targets(out: Union[str, Path], shards: Optional[Sequence[Union[str, Pa
         _write_json(_meta_path(out), {**merged, "complete": True})
         atomic_write(out, lambda f: np.save(f, freqs))
         if not keep:
-            for p in paths:
-                _meta_path(p).unlink(missing_ok=True)
-                p.unlink(missing_ok=True)
+            remove_shards(paths, _meta_path)
     log(f"merged {k} shards into {out}")
     return out
 
