@@ -349,7 +349,7 @@ def train(
             torch.set_rng_state(ck["rng"]["torch"])
         run = _Run(c, method, model, *_fast_modes(model, c, device, w), opt, sched, scaler, w, device,
                    {k: v.to(device, non_blocking=True) for k, v in extras.items()})
-        with run, _Log(Path(out), c, history, w) as write, \
+        with run, _run_log(Path(out), c, history, w) as write, \
                 distributed.collectives(w, "the other ranks' steps", distributed.RERUN_TRAIN):
             run_start, first_epoch = time.time(), start_epoch
             for epoch in range(start_epoch, c.epochs):
@@ -416,7 +416,7 @@ def _read_resume(ckpt_path: Path, c: TrainConfig, resume: bool, log: Callable[[s
 
 
 @contextlib.contextmanager
-def _Log(out_dir: Path, c: TrainConfig, history: List[Dict[str, Any]], w: World):
+def _run_log(out_dir: Path, c: TrainConfig, history: List[Dict[str, Any]], w: World):
     """Rank 0 writes config.json and train.log (one line per finished epoch: a kill between a
     checkpoint and its log line lost that line) and yields the writer of an epoch's line."""
     if not w.main:
