@@ -163,3 +163,16 @@ def test_cli_certifies_safetensors_and_guards_pickles(tmp_path, source, capsys):
     err = capsys.readouterr().err
     assert code == 0 and marker.exists() and "rsmooth: warning: unpickling checkpoint" in err
     assert len(out.read_text().splitlines()) == 3
+
+
+
+@pytest.mark.parametrize("command,small", [("predict", ["--n", "10", "--max", "1"]),
+                                           ("targets", ["--num-samples", "2"])])
+def test_every_checkpoint_reader_guards_pickles(tmp_path, source, capsys, command, small):
+    p, marker = _hostile(tmp_path, source[0])
+    args = [command, "--checkpoint", str(p), "--dataset", "digits", "--sigma", "0.25",
+            "--out", str(tmp_path / "o"), *small]
+    assert main(args) == 2 and not marker.exists()
+    assert "--trust-pickle" in capsys.readouterr().err
+    assert main([*args, "--trust-pickle"]) == 0
+    assert marker.exists() and "rsmooth: warning: unpickling" in capsys.readouterr().err

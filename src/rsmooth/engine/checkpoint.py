@@ -151,9 +151,11 @@ def _torch_load(p: Path, trust_pickle: bool) -> Any:
 
 
 def _read_safetensors(p: Path) -> Dict[str, Any]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file, safe_open
-
+    try:
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file, safe_open
+    except ImportError:
+        raise RsmoothError(f"reading {p} needs the safetensors package: pip install safetensors") from None
     try:
         state = load_file(str(p), device="cpu")
         with safe_open(str(p), framework="pt") as f:
