@@ -17,6 +17,9 @@ from .errors import RsmoothError
 
 UNITS = ("sigma and radii are l2 distances in [0,1] pixel units: images are scaled to [0,1] "
          "and the noise is added before normalisation (e.g. sigma 0.25, 0.5, 1.0).")
+TRUST_PICKLE = ("load a checkpoint that pickles Python objects beyond tensors and argparse.Namespace "
+                "(refused by default, naming the object): unpickling can run arbitrary code; only for "
+                "files you trust")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -208,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--arch", choices=MODELS.names(), help="architecture (default: the dataset's usual one)")
     t.add_argument("--method", choices=METHODS.names(), help="training method (default: gaussian)")
     t.add_argument("--sigma", type=float,
-                   help="training noise level, std in [0,1] pixel units (default: 0.25)")
+                   help="training noise level, std in [0,1] pixel units (default: 0.25); --method standard "
+                   "adds no noise and records sigma only as certify's default smoothing level")
     t.add_argument("--epochs", type=_integer, help="epochs (default: 150; digits 30; imagenet 90)")
     t.add_argument("--batch-size", type=_integer, help="images per loader batch (default: 256)")
     t.add_argument("--lr", type=float, help="initial learning rate (default: 0.01 MNIST family, 0.1 CIFAR/ImageNet, 0.05 digits)")
@@ -269,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--dataset", choices=DATASETS.names(), help="default: the checkpoint's")
         c.add_argument("--split", default="test", choices=["test", "train"], help="default: test")
         c.add_argument("--sigma", type=float, help="noise level, std in [0,1] pixel units (default: the checkpoint's)")
+        c.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE)
         _add_certify_options(c, name)
         c.add_argument("--batch-size", type=_integer, help="noisy samples per forward pass (default: tuned, see BENCHMARKS.md)")
         c.add_argument("--seed", type=int, default=0, help="noise seed; example i uses a stream derived from (seed, i)")
@@ -310,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     tg.add_argument("--dataset", choices=DATASETS.names(), help="default: the checkpoint's")
     tg.add_argument("--num-samples", type=_integer, default=10_000, help="noises per image (papers: 10000; ImageNet 500)")
     tg.add_argument("--sigma", type=float, help="noise level, [0,1] pixel units (default: the checkpoint's)")
+    tg.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE)
     tg.add_argument("--augment", action=argparse.BooleanOptionalAction, default=True,
                     help="on augmented training images drawn once, as the reference code (default), "
                     "or on the plain images (--no-augment)")
@@ -438,7 +444,7 @@ def cmd_certify(args: argparse.Namespace) -> None:
         sigma=args.sigma, n0=getattr(args, "n0", 100), n=args.n, alpha=args.alpha,
         batch_size=args.batch_size, start=args.start, skip=args.skip, max=args.max, shard=args.shard,
         seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
-        data_dir=args.data_dir, device=args.device, overwrite=args.overwrite)
+        data_dir=args.data_dir, device=args.device, overwrite=args.overwrite, trust_pickle=args.trust_pickle)
     if world().main:
         print(f"results: {out}")
 
@@ -473,7 +479,7 @@ def cmd_targets(args: argparse.Namespace) -> None:
                           sigma=args.sigma, batch_size=args.batch_size, augment=args.augment,
                           seed=args.seed, precision=args.precision, channels_last=args.channels_last,
                           data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
-                          shard=args.shard)
+                          shard=args.shard, trust_pickle=args.trust_pickle)
     if world().main:
         print(f"targets: {out}")
 

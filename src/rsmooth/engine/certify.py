@@ -55,6 +55,7 @@ def run_certification(
     data_dir: Optional[str] = None,
     device: Optional[str] = None,
     overwrite: bool = False,
+    trust_pickle: bool = False,
     progress: bool = True,
     log: Callable[[str], None] = print,
 ) -> Path:
@@ -70,6 +71,8 @@ def run_certification(
     :func:`~rsmooth.engine.shards.merge_certify` joins the K shards into ``out``.  Under
     ``torchrun`` each rank certifies shard RANK/WORLD_SIZE and rank 0 merges them into ``out``
     (only rank 0 logs); rerunning the same ``torchrun`` command continues every shard.
+    ``trust_pickle``: unpickle a checkpoint that needs more than tensors and
+    ``argparse.Namespace`` (can run arbitrary code; see :func:`~rsmooth.engine.checkpoint.read_checkpoint`).
     """
     from ..data import certify_indices, get_dataset
     from ..smoothing import DEFAULT_BATCH_SIZE
@@ -94,7 +97,7 @@ def run_certification(
     _check_out(out, resolve_checkpoint_path(checkpoint), overwrite)
     if shard is not None:
         _check_out(str(shard_path(out, shard)), resolve_checkpoint_path(checkpoint), overwrite)
-    loaded = load_model(checkpoint, dataset=dataset)
+    loaded = load_model(checkpoint, dataset=dataset, trust_pickle=trust_pickle)
     sigma = validate_sigma(sigma if sigma is not None else _require_sigma(loaded))
     if mode == "certify":
         _warn_small_n(n, alpha, sigma, log)

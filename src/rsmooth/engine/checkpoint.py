@@ -5,11 +5,17 @@ weights_only=True)`` reads it): the model's ``state_dict`` (normalisation statis
 the model's first layer), optimiser, scheduler, epoch, RNG state, the resolved config, seed and
 versions.  The public checkpoints of Cohen et al. 2019 (arXiv 1902.02918), Salman et al. 2019
 (arXiv 1906.04584), Jeong et al. and MACER (Zhai et al. 2020, arXiv 2001.02378) load too, given
-the dataset (see :mod:`rsmooth.models.checkpoint_compat`).
+the dataset (see :mod:`rsmooth.models.checkpoint_compat`), and so do ``.safetensors`` files and
+checkpoints that pickle an ``argparse.Namespace``; anything else that needs unpickling is refused
+unless the caller trusts the file (``--trust-pickle``).
 """
 from __future__ import annotations
 
+import argparse
+import contextlib
+import re
 import subprocess
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
@@ -93,19 +99,23 @@ def state_digest(state: Mapping[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def read_checkpoint(path: Union[str, Path]) -> Dict[str, Any]:
-    """Load a checkpoint dict safely (``weights_only=True``); one-line errors if unreadable.
+#: the globals public checkpoints pickle besides tensors that are safe to rebuild: the training
+#: script's ``argparse.Namespace`` (``{'args': Namespace(...), 'state_dict': ...}``)
+SAFE_GLOBALS = (argparse.Namespace,)
 
-    The weights of a checkpoint that records ``state_sha256`` (rsmooth's) must match it.
+
+def read_checkpoint(path: Union[str, Path], *, trust_pickle: bool = False) -> Dict[str, Any]:
+    """Load a checkpoint dict safely; one-line errors if unreadable.
+
+    A ``.safetensors`` file is a flat state_dict, returned as ``{'state_dict': ...}`` with the
+    ``arch`` and ``dataset`` of its metadata when it records them.  Anything else goes through
+    ``torch.load(weights_only=True)`` allowing :data:`SAFE_GLOBALS`; a file that needs any other
+    global is refused, naming it, unless ``trust_pickle`` (then it is unpickled in full, with a
+    warning: unpickling can run arbitrary code).  The weights of a checkpoint that records
+    ``state_sha256`` (rsmooth's) must match it.
     """
     p = resolve_checkpoint_path(path)
-    try:
-        obj = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many types for corrupt/truncated/pickled files
-        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()] or [type(e).__name__]
-        reason = next((ln for ln in lines if "Unsupported global" in ln), lines[0])
-        raise RsmoothError(f"cannot read checkpoint {p}: corrupt, truncated or not a safe PyTorch "
-                           f"checkpoint ({reason[:160]})") from None
+    obj = _read_safetensors(p) if p.suffix == ".safetensors" else _torch_load(p, trust_pickle)
     if not isinstance(obj, dict):
         raise RsmoothError(f"checkpoint {p} holds a {type(obj).__name__}, not a dict of weights")
     if "state_sha256" in obj and isinstance(obj.get("state_dict"), Mapping):
@@ -113,6 +123,47 @@ def read_checkpoint(path: Union[str, Path]) -> Dict[str, Any]:
             raise RsmoothError(f"checkpoint {p} is corrupt: its weights do not match the stored sha256; "
                                f"restore it from a copy or retrain")
     return obj
+
+
+def _torch_load(p: Path, trust_pickle: bool) -> Any:
+    allowed = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5
+    try:
+        with allowed(list(SAFE_GLOBALS)) if allowed else contextlib.nullcontext():
+            return torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for corrupt/truncated/pickled files
+        unsafe = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
+        if unsafe is None:
+            reason = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+            raise RsmoothError(f"cannot read checkpoint {p}: corrupt, truncated or not a PyTorch "
+                               f"checkpoint ({reason[:160]})") from None
+        name = unsafe.group(1)
+    if not trust_pickle:
+        raise RsmoothError(f"checkpoint {p} is not a safe PyTorch checkpoint: it needs to unpickle "
+                           f"{name}, which can run arbitrary code; pass --trust-pickle "
+                           f"(trust_pickle=True) only if you trust the file")
+    warnings.warn(f"unpickling checkpoint {p} in full (it needs {name}) because of --trust-pickle: "
+                  f"this runs any code the file holds")
+    try:
+        return torch.load(p, map_location="cpu", weights_only=False)
+    except Exception as e:  # its own classes may be missing here, or the code may fail
+        raise RsmoothError(f"cannot unpickle checkpoint {p}: {type(e).__name__}: "
+                           f"{(str(e).splitlines() or [''])[0][:160]}") from None
+
+
+def _read_safetensors(p: Path) -> Dict[str, Any]:
+    try:
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file, safe_open
+    except ImportError:
+        raise RsmoothError(f"reading {p} needs the safetensors package: pip install safetensors") from None
+    try:
+        state = load_file(str(p), device="cpu")
+        with safe_open(str(p), framework="pt") as f:
+            meta = f.metadata() or {}
+    except (SafetensorError, OSError, ValueError) as e:
+        raise RsmoothError(f"cannot read checkpoint {p}: not a valid .safetensors file "
+                           f"({(str(e).splitlines() or [''])[0][:160]})") from None
+    return {"state_dict": state, **{k: meta[k] for k in ("arch", "dataset") if k in meta}}
 
 
 def file_sha256(path: Union[str, Path]) -> str:
@@ -170,16 +221,17 @@ class LoadedModel:
 
 
 def load_model(path: Union[str, Path], dataset: Optional[str] = None,
-               arch: Optional[str] = None) -> LoadedModel:
+               arch: Optional[str] = None, *, trust_pickle: bool = False) -> LoadedModel:
     """Rebuild the model of an rsmooth or public checkpoint (Cohen/Salman/Jeong/MACER codebases).
 
     rsmooth checkpoints carry arch, dataset and sigma; ``dataset``/``arch`` given here must
     agree with them (a model trained on one dataset cannot certify another).  Public
-    checkpoints need ``dataset`` (their normalisation statistics are not stored).
+    checkpoints and ``.safetensors`` files need ``dataset`` unless they record it (their
+    normalisation statistics are not stored).  ``trust_pickle``: see :func:`read_checkpoint`.
     """
-    from ..models import create_model, default_arch
+    from ..models import MODELS, create_model, default_arch
 
-    ckpt = read_checkpoint(path)
+    ckpt = read_checkpoint(path, trust_pickle=trust_pickle)
     p = resolve_checkpoint_path(path)
     if ckpt.get("format") == FORMAT:
         missing = [k for k in _REQUIRED if not isinstance(ckpt.get(k), _REQUIRED[k])]
@@ -205,11 +257,15 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None,
         _load_weights(p, model, ckpt["state_dict"], ck_data)
         return LoadedModel(model, ck_arch, data_name, int(ckpt["num_classes"]), ckpt.get("sigma"), p,
                            {k: ckpt.get(k) for k in ("epoch", "method", "seed", "config", "rsmooth_version")})
-    # a public codebase's checkpoint
+    # a public codebase's checkpoint, or a .safetensors file (whose metadata may name both)
+    if dataset is None and isinstance(ckpt.get("dataset"), str):
+        dataset = ckpt["dataset"]
     if dataset is None:
         raise RsmoothError(f"checkpoint {p} is not an rsmooth checkpoint; pass --dataset so its "
                            f"normalisation and class count are known")
-    name = arch or PUBLIC_ARCHS.get(str(ckpt.get("arch")), None) or default_arch(dataset)
+    ck_arch = str(ckpt.get("arch"))
+    name = (arch or PUBLIC_ARCHS.get(ck_arch) or (ck_arch if ck_arch in MODELS else None)
+            or default_arch(dataset))
     model = create_model(name, dataset)
     _load_weights(p, model, ckpt, dataset)
     from ..data import dataset_info

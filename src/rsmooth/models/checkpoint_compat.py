@@ -1,10 +1,12 @@
 """Load rsmooth checkpoints and those of the public codebases (Cohen, Salman, Jeong, MACER).
 
-Formats accepted (the caller has already run ``torch.load(path, map_location="cpu",
-weights_only=True)``, so nothing arbitrary is unpickled):
+Formats accepted (the caller has already read the file with
+:func:`rsmooth.engine.checkpoint.read_checkpoint`: ``torch.load(weights_only=True)``, so nothing
+arbitrary is unpickled unless the user trusted the file, or a ``.safetensors`` file):
 
-- a plain state_dict of an rsmooth model (``0.mean``, ``0.std``, ``1.xxx``), or a dict that
-  holds one under ``"state_dict"`` or ``"model"``;
+- a plain state_dict of an rsmooth model (``0.mean``, ``0.std``, ``1.xxx``) or of its bare net
+  (``xxx``), or a dict that holds one under ``"state_dict"``, ``"model"`` or ``"net"`` (other
+  entries, e.g. the training script's ``'args'``, are ignored);
 - Cohen et al. 2019 (arXiv 1902.02918) / Salman et al. 2019 (arXiv 1906.04584) / Jeong et al.:
   ``{'epoch', 'arch', 'state_dict', 'optimizer'}`` where the model was
   ``Sequential(NormalizeLayer, net)``: keys ``1.xxx`` (CIFAR, MNIST) or ``1.module.xxx``
