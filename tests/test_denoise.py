@@ -13,6 +13,7 @@ from rsmooth.methods.denoise import (PAPER_HYPERPARAMETERS, DenoisedClassifier, 
                                      denoise_stab_loss)
 from rsmooth.models import (DENOISERS, MODELS, DnCNN, count_parameters, create_denoiser,
                             create_model)
+from rsmooth.smoothing import Smooth
 
 
 def _reference_keys(depth):
@@ -152,6 +153,20 @@ def test_the_composition_is_classifier_of_denoiser():
     model = DenoisedClassifier(denoiser, classifier).eval()
     x = torch.rand(3, 1, 8, 8)
     torch.testing.assert_close(model(x), classifier(denoiser(x)))
+
+
+def test_smoothing_certifies_the_composition():
+    """Cohen's CERTIFY runs on DenoisedClassifier unchanged: with a fresh (identity) DnCNN it
+    gives the classifier's own certificate for the same noise, and leaves the modes as found."""
+    classifier = _classifier().eval()
+    with torch.no_grad():
+        classifier[-1].bias[4] += 0.45  # class 4 wins about 3/4 of the votes at sigma 1
+    model = DenoisedClassifier(DnCNN(1, depth=3, width=8), classifier).train()
+    x = torch.rand(1, 8, 8, generator=torch.Generator().manual_seed(3))
+    certs = [Smooth(m, 10, 1.0).certify(x, 20, 400, 0.001, 100, torch.Generator().manual_seed(0))
+             for m in (model, classifier)]
+    assert certs[0] == certs[1] and certs[0][0] == 4 and 0.5 < certs[0][1] < 1.5
+    assert model.denoiser.training and not classifier.training
 
 
 def test_the_hyperparameter_table_is_complete():
