@@ -12,6 +12,7 @@ from . import cifar_resnet, densenet, resnet, small  # noqa: F401  (register the
 from .checkpoint_compat import canonical_state_dict, load_weights, strip_wrapper_prefixes
 from .factory import MODELS, ArchSpec, count_parameters, create_model, default_arch
 from .normalize import Normalize
+from .dncnn import DENOISERS, DnCNN, create_denoiser  # noqa: F401  (denoised smoothing)
 
 __all__ = [
     "MODELS",
