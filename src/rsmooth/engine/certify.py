@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import time
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 
 from ..errors import RsmoothError, check
@@ -55,6 +55,7 @@ def run_certification(
     data_dir: Optional[str] = None,
     device: Optional[str] = None,
     overwrite: bool = False,
+    model_options: Optional[Dict[str, Any]] = None,
     progress: bool = True,
     log: Callable[[str], None] = print,
 ) -> Path:
@@ -70,6 +71,8 @@ def run_certification(
     :func:`~rsmooth.engine.shards.merge_certify` joins the K shards into ``out``.  Under
     ``torchrun`` each rank certifies shard RANK/WORLD_SIZE and rank 0 merges them into ``out``
     (only rank 0 logs); rerunning the same ``torchrun`` command continues every shard.
+    ``model_options`` (keyword arguments of :func:`~rsmooth.engine.checkpoint.load_model`: arch,
+    arch_kwargs, mean, std, num_classes) build the model of a checkpoint that does not record it.
     """
     from ..data import certify_indices, get_dataset
     from ..smoothing import DEFAULT_BATCH_SIZE
@@ -94,7 +97,7 @@ def run_certification(
     _check_out(out, resolve_checkpoint_path(checkpoint), overwrite)
     if shard is not None:
         _check_out(str(shard_path(out, shard)), resolve_checkpoint_path(checkpoint), overwrite)
-    loaded = load_model(checkpoint, dataset=dataset)
+    loaded = load_model(checkpoint, dataset=dataset, **(model_options or {}))
     sigma = validate_sigma(sigma if sigma is not None else _require_sigma(loaded))
     if mode == "certify":
         _warn_small_n(n, alpha, sigma, log)

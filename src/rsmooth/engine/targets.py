@@ -31,7 +31,7 @@ import errno
 import json
 import os
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -76,6 +76,7 @@ def compute_targets(
     stop_after_blocks: Optional[int] = None,
     overwrite: bool = False,
     shard: Optional[Union[str, Sequence[int]]] = None,
+    model_options: Optional[Dict[str, Any]] = None,
 ) -> Path:
     """Compute (or continue computing) the consistency targets of ``checkpoint``'s model.
 
@@ -91,6 +92,8 @@ def compute_targets(
         shard: ``(I, K)`` or ``"I/K"``: compute only blocks ``b % K == I``, into ``out`` with
             ``.shard-I-of-K`` before its suffix (see :func:`merge_targets`); under torchrun each
             rank computes shard RANK/WORLD_SIZE and rank 0 merges them into ``out``.
+        model_options: keyword arguments of :func:`~rsmooth.engine.checkpoint.load_model` (arch,
+            arch_kwargs, mean, std, num_classes) for a checkpoint that does not record its model.
     """
     from ..data import get_dataset
     from ..smoothing import DEFAULT_BATCH_SIZE
@@ -103,7 +106,7 @@ def compute_targets(
     if not world.main:
         progress, log = False, distributed.quiet
     check_output_file(out, inputs=[resolve_checkpoint_path(checkpoint)])
-    loaded = load_model(checkpoint, dataset=dataset)
+    loaded = load_model(checkpoint, dataset=dataset, **(model_options or {}))
     check(sigma is not None or loaded.sigma is not None,
           f"checkpoint {loaded.path} does not record sigma; pass --sigma (0.25 in the papers)")
     sigma = validate_sigma(sigma if sigma is not None else loaded.sigma)

@@ -103,7 +103,8 @@ def _fmt(keys: List[str], limit: int = 3) -> str:
     return ", ".join(keys[:limit]) + more
 
 
-def load_weights(model: nn.Module, obj: Any, dataset: str) -> nn.Module:
+def load_weights(model: nn.Module, obj: Any, dataset: str, *,
+                 normalization: Optional[Tuple[Any, Any]] = None) -> nn.Module:
     """Load a checkpoint (any format in the module docstring) into ``model`` in place.
 
     Args:
@@ -111,6 +112,8 @@ def load_weights(model: nn.Module, obj: Any, dataset: str) -> nn.Module:
         obj: the already-loaded checkpoint (``torch.load(..., weights_only=True)``).
         dataset: the dataset the model is for; its normalisation constants are kept when
             the checkpoint does not store them and must match when it does.
+        normalization: (mean, std) the model was built with when not the dataset's
+            (``create_model(..., mean=, std=)``; ``(None, None)``: none).
 
     Returns:
         ``model``, with every parameter and buffer of the net overwritten.
@@ -129,7 +132,8 @@ def load_weights(model: nn.Module, obj: Any, dataset: str) -> nn.Module:
     norm = model[0] if isinstance(model, nn.Sequential) and len(model) == 2 else None
     check(isinstance(norm, Normalize), "load_weights expects a model from create_model(arch, "
                                        f"dataset): Sequential(Normalize, net), got {arch!r}")
-    expected = None if stats.mean is None else (torch.tensor(stats.mean), torch.tensor(stats.std))
+    mean, std = (stats.mean, stats.std) if normalization is None else normalization
+    expected = None if mean is None else (torch.tensor(mean), torch.tensor(std))
     actual = None if norm.identity else (norm.mean.detach().flatten().float().cpu(),
                                          norm.std.detach().flatten().float().cpu())
     same = (expected is None) == (actual is None) and (expected is None or all(
