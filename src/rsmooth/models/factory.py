@@ -183,7 +183,7 @@ def resolve_arch(arch: str) -> ArchSpec:
     spec = _entry_point(arch)
     if spec is None:
         raise RsmoothError(
-            f"unknown architecture {arch!r}; choose one of: {', '.join(arch_names())}, or name any "
+            f"unknown model {arch!r}; choose one of: {', '.join(arch_names())}, or name any "
             f"factory as package.module:factory (a model registered with rsmooth.register_model "
             f"exists only in the process that registered it)")
     return spec
