@@ -71,7 +71,7 @@ def _unwrap(obj: Any) -> Tuple[Mapping, Optional[str]]:
     )
 
 
-def canonical_state_dict(obj: Any) -> Dict[str, torch.Tensor]:
+def canonical_state_dict(obj: Any, indexed: Optional[bool] = None) -> Dict[str, torch.Tensor]:
     """The weights of any accepted format, keyed as ``create_model``'s Sequential.
 
     Pure function (no model needed): unwraps the container, strips DataParallel /
@@ -85,7 +85,8 @@ def canonical_state_dict(obj: Any) -> Dict[str, torch.Tensor]:
         check(new not in stripped, f"checkpoint has two entries for {new!r} after removing "
                                    f"wrapper prefixes (e.g. {key!r})")
         stripped[new] = value
-    indexed = any(k.split(".", 1)[0] in ("0", "1") for k in stripped)
+    if indexed is None:  # keys 0.xxx / 1.xxx: a Sequential(Normalize, net) (bare keys get "1.")
+        indexed = any(k.split(".", 1)[0] in ("0", "1") for k in stripped)
     out: Dict[str, torch.Tensor] = {}
     for key, value in stripped.items():
         if not indexed:
@@ -128,6 +129,10 @@ def load_weights(model: nn.Module, obj: Any, dataset: str, *,
     _, ckpt_arch = _unwrap(obj)
     state = canonical_state_dict(obj)
     target = model.state_dict()
+    net_keys = {k for k in target if not k.startswith("0.")}
+    if not net_keys <= set(state):  # the bare keys of a net that is itself a Sequential (0.weight, ...)
+        bare = canonical_state_dict(obj, indexed=False)
+        state = bare if net_keys <= set(bare) else state
 
     norm = model[0] if isinstance(model, nn.Sequential) and len(model) == 2 else None
     check(isinstance(norm, Normalize), "load_weights expects a model from create_model(arch, "
