@@ -145,7 +145,7 @@ def test_an_entry_point_architecture_is_found(nets, tmp_path, monkeypatch):
     assert arch_ref("fake_small") == "fake_small"  # a new process finds it again through the package
 
 
-def test_register_model_records_an_importable_factory_for_the_cli(nets):
+def test_register_model_records_an_importable_factory_for_the_cli(nets, run):
     import anymodel_nets
 
     try:
@@ -153,6 +153,7 @@ def test_register_model_records_an_importable_factory_for_the_cli(nets):
         rsmooth.register_model("_any_local", lambda num_classes: nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes)))
         assert arch_ref("_any_small") == f"{MODULE}:small"  # what a checkpoint records: a new process imports it
         assert create_model("_any_small", "digits").arch == f"{MODULE}:small"
+        assert load_model(run, arch="_any_small").arch == f"{MODULE}:small"  # the run's arch, by its name
         assert arch_ref("_any_local") == "_any_local"  # a lambda lives only in this process
         assert create_model("_any_local", "digits")(torch.rand(2, 1, 8, 8)).shape == (2, 10)
         with pytest.raises(RsmoothError, match="already registered"):

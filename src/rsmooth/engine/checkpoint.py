@@ -196,7 +196,7 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
     in, ``arch`` with its ``arch_kwargs``, ``mean``/``std`` and ``num_classes`` as in
     :func:`rsmooth.models.create_model`.
     """
-    from ..models import MODEL_OPTIONS, default_arch
+    from ..models import MODEL_OPTIONS, arch_ref, default_arch
 
     ckpt = read_checkpoint(path)
     p = resolve_checkpoint_path(path)
@@ -209,7 +209,7 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
                                f"(it has keys {', '.join(map(repr, sorted(ckpt)[:10]))}); it was edited or "
                                f"damaged: restore it from a copy or retrain")
         ck_arch, ck_data = ckpt["arch"], ckpt["dataset"]
-        if arch is not None and arch != ck_arch:
+        if arch is not None and ck_arch not in (arch, arch_ref(arch)):
             raise RsmoothError(f"checkpoint {p} holds a {ck_arch} model, not {arch}; "
                                f"drop --arch or pass --arch {ck_arch}")
         config = ckpt.get("config") if isinstance(ckpt.get("config"), Mapping) else {}
