@@ -1,5 +1,6 @@
 """Any model through every path: --arch package.module:factory, rsmooth.models entry points,
 rsmooth.register_model, --mean/--std, foreign checkpoints, and Smooth.certify_batch."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -206,3 +207,14 @@ def test_certify_batch_records_equal_the_cli_rows(run, tmp_path, start, skip):
     assert [[str(r["index"]), str(r["label"]), str(r["predict"]), repr(r["radius"]), str(int(r["correct"]))]
             for r in records] == rows
     assert set(records[0]) == {"index", "predict", "radius", "label", "correct"}
+
+
+def test_a_module_factory_run_resumes_bit_identically_and_keeps_its_arch(nets, check_resume, tmp_path):
+    from rsmooth.engine import TrainConfig, train
+
+    config = TrainConfig(dataset="digits", arch=f"{MODULE}:small", arch_kwargs={"width": 8}, mean=[0.5],
+                         std=[0.3], epochs=2, hparams={"sigma": 0.25})
+    check_resume(config)
+    changed = dataclasses.replace(config, arch_kwargs={"width": 9})
+    with pytest.raises(RsmoothError, match="trained with arch_kwargs=\\{'width': 8\\}"):
+        train(changed, tmp_path / "part", resume=True, **QUIET)
