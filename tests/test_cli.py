@@ -79,7 +79,7 @@ def test_bf16_mode_is_recorded(trained, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv,message", [
     (["train", "--dataset", "nope", "--out", "x"], "invalid choice: 'nope' (choose from"),
-    (["train", "--arch", "nope", "--out", "x"], "invalid choice: 'nope'"),
+    (["train", "--arch", "nope", "--out", "{tmp}/t"], "unknown model 'nope'; choose one of"),
     (["train", "--method", "nope", "--out", "x"], "invalid choice: 'nope'"),
     (["train", "--sigma", "0", "--out", "{tmp}/t"], "sigma must be > 0"),
     (["train", "--sigma", "-0.5", "--out", "{tmp}/t"], "sigma must be > 0"),

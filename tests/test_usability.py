@@ -36,6 +36,9 @@ def test_readme_python_block_runs(tmp_path, monkeypatch, capsys):
     assert scope["votes"].shape == (8, 10) and int(scope["votes"].sum()) == 8 * 1000
     assert scope["loaded"].sigma == 0.25 and scope["loaded"].num_classes == 10
     assert re.search(r"certified -?\d+ with l2 radius \d\.\d{3}", capsys.readouterr().out)
+    exec(compile(blocks[1], "README.md", "exec"), scope)  # the three lines of Smooth.certify_batch
+    records = scope["records"]
+    assert [r["index"] for r in records] == list(range(8)) and {"predict", "radius", "correct"} <= set(records[0])
 
 
 def test_package_exports_load_model_and_ships_types():

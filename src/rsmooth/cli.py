@@ -128,6 +128,53 @@ def _field_type(f: dataclasses.Field):
     return t
 
 
+def _json_object(text: str) -> Dict[str, Any]:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"width\": 64}}', got {text!r} ({e})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"width\": 64}}', got {text!r}")
+    return value
+
+
+#: the architecture flags -> keyword arguments of create_model / load_model
+_ARCH_FIELDS = ("arch", "arch_kwargs", "num_classes", "input_size", "mean", "std")
+
+
+def _add_arch_flags(p: argparse.ArgumentParser, train: bool) -> None:
+    """--arch and how to build it: on train, the model of the run (recorded in its folder); on
+    certify, predict and targets, the model of a checkpoint that does not record it."""
+    g = p.add_argument_group(
+        "architecture", "NAME ('rsmooth list architectures', or an entry point of group rsmooth.models), or "
+        "package.module:factory: any importable callable returning an nn.Module (importing it runs that "
+        "module's code), called with --arch-kwargs, plus num_classes and input_size when its signature "
+        "names them. " + ("The run folder records all of it, so certify needs none of these flags"
+                          if train else "A run folder of 'rsmooth train' records these: certifying it "
+                          "imports the module it names"))
+    g.add_argument("--arch", metavar="NAME|MODULE:FACTORY",
+                   help="default: " + ("the dataset's usual architecture" if train else "the checkpoint's"))
+    g.add_argument("--arch-kwargs", type=_json_object, metavar="JSON",
+                   help="keyword arguments of a module:factory, a JSON object, e.g. '{\"width\": 64}'")
+    g.add_argument("--num-classes", type=_integer, help="number of logits (default: the dataset's classes)")
+    if train:
+        g.add_argument("--input-size", type=_integer, nargs=3, metavar=("C", "H", "W"),
+                       help="input shape passed to a factory that takes input_size (default and only "
+                       "choice: the dataset's; images are not resized)")
+    g.add_argument("--mean", type=float, nargs="+", metavar="M",
+                   help="per-channel mean in [0,1] pixel units: the model gets (x - mean) / std, for nets "
+                   "trained on normalised images; sigma stays in pixel units (default: the dataset's "
+                   "for built-in architectures, none for a module:factory, which then gets [0,1] pixels)")
+    g.add_argument("--std", type=float, nargs="+", metavar="S", help="per-channel std, with --mean")
+
+
+def _model_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """The architecture flags given on certify, predict or targets, as load_model's keywords."""
+    return {k: getattr(args, k) for k in _ARCH_FIELDS if getattr(args, k, None) is not None}
+
+
 def _add_common_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", help="where datasets live or are downloaded to "
                    "(default: $RSMOOTH_DATA, then ~/.cache/rsmooth/data)")
@@ -188,7 +235,6 @@ def _method_args(args: argparse.Namespace, method: str) -> Dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     from .data import DATASETS, DEFAULT_DATASET
     from .methods import METHODS
-    from .models import MODELS
 
     parser = _Parser(
         prog="rsmooth", description="Certified robustness by randomized smoothing: train base "
@@ -208,7 +254,6 @@ def build_parser() -> argparse.ArgumentParser:
                    "('rsmooth list' shows them); flags given here override it")
     t.add_argument("--dataset", choices=DATASETS.names(),
                    help=f"training data (default: {DEFAULT_DATASET}, built in, no download)")
-    t.add_argument("--arch", choices=MODELS.names(), help="architecture (default: the dataset's usual one)")
     t.add_argument("--method", choices=METHODS.names(), help="training method (default: gaussian)")
     t.add_argument("--sigma", type=float,
                    help="training noise level, std in [0,1] pixel units (default: 0.25); --method standard "
@@ -251,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     dist.add_argument("--sync-bn", action="store_true", default=None,
                       help="SyncBatchNorm across the processes (CUDA only); default: per-rank batch-norm "
                       "statistics, as the papers' DataParallel runs had")
+    _add_arch_flags(t, train=True)
     t.add_argument("--out", required=True, help="output folder")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --out after a stop or kill, with any number of processes "
@@ -286,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "its suffix (certify.tsv -> certify.shard-0-of-4.tsv); rerun to continue it, then "
                        "'rsmooth merge OUT' joins the K shards into the file one job writes. Under torchrun "
                        "each rank takes shard RANK/WORLD_SIZE and rank 0 merges by itself")
+        _add_arch_flags(c, train=False)
         _add_common_data(c)
         _add_foreign_flags(c)
         c.set_defaults(func=cmd_certify, mode=name)
@@ -329,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="one of K independent jobs: compute the blocks of 256 images b with b %% K == I into "
                     "OUT with .shard-I-of-K before its suffix (resumable); 'rsmooth merge OUT' joins the K "
                     "shards into the file one job writes. Under torchrun each rank takes shard RANK/WORLD_SIZE")
+    _add_arch_flags(tg, train=False)
     _add_common_data(tg)
     _add_foreign_flags(tg)
     tg.set_defaults(func=cmd_targets)
@@ -401,7 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: train flags that map one-to-one onto TrainConfig fields
-_TRAIN_FIELDS = ("dataset", "arch", "method", "epochs", "batch_size", "lr", "momentum",
+_TRAIN_FIELDS = ("dataset", *_ARCH_FIELDS, "method", "epochs", "batch_size", "lr", "momentum",
                  "weight_decay", "nesterov", "lr_step", "milestones", "lr_gamma", "lr_timing", "seed",
                  "data_dir", "device", "targets", "precision", "channels_last", "compile", "sync_bn")
 
@@ -444,7 +492,8 @@ def cmd_certify(args: argparse.Namespace) -> None:
         sigma=args.sigma, n0=getattr(args, "n0", 100), n=args.n, alpha=args.alpha,
         batch_size=args.batch_size, start=args.start, skip=args.skip, max=args.max, shard=args.shard,
         seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
-        data_dir=args.data_dir, device=args.device, overwrite=args.overwrite, trust_pickle=args.trust_pickle)
+        data_dir=args.data_dir, device=args.device, overwrite=args.overwrite, trust_pickle=args.trust_pickle,
+        model_options=_model_options(args))
     if world().main:
         print(f"results: {out}")
 
@@ -479,7 +528,7 @@ def cmd_targets(args: argparse.Namespace) -> None:
                           sigma=args.sigma, batch_size=args.batch_size, augment=args.augment,
                           seed=args.seed, precision=args.precision, channels_last=args.channels_last,
                           data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
-                          shard=args.shard, trust_pickle=args.trust_pickle)
+                          shard=args.shard, trust_pickle=args.trust_pickle, model_options=_model_options(args))
     if world().main:
         print(f"targets: {out}")
 
@@ -525,11 +574,11 @@ def _wrapped(title: str, names: List[str], indent: str = "  ") -> str:
 def cmd_list(args: argparse.Namespace) -> None:
     from .data import DATASETS
     from .methods import METHODS
-    from .models import MODELS
+    from .models import arch_names
     from .presets import PRESETS, get_preset
 
-    names = {kind: [n for n in reg.names() if not n.startswith("_")]  # "_name": private (tests)
-             for kind, reg in zip(_LIST_KINDS, (DATASETS, MODELS, METHODS, PRESETS))}
+    names = {kind: [n for n in names if not n.startswith("_")]  # "_name": private (tests)
+             for kind, names in zip(_LIST_KINDS, (DATASETS.names(), arch_names(), METHODS.names(), PRESETS.names()))}
     if args.kind == "presets":
         width = max(map(len, names["presets"]))
         for name in names["presets"]:

@@ -29,9 +29,9 @@ class Registry(Generic[T]):
         self.kind = kind
         self._items: Dict[str, T] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
+    def register(self, name: str, *, replace: bool = False) -> Callable[[T], T]:
         def deco(obj: T) -> T:
-            if name in self._items:
+            if name in self._items and not replace:
                 raise ValueError(f"{self.kind} {name!r} is already registered")
             self._items[name] = obj
             return obj

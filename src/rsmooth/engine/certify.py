@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import time
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 
 from ..errors import RsmoothError, check
@@ -56,6 +56,7 @@ def run_certification(
     device: Optional[str] = None,
     overwrite: bool = False,
     trust_pickle: bool = False,
+    model_options: Optional[Dict[str, Any]] = None,
     progress: bool = True,
     log: Callable[[str], None] = print,
 ) -> Path:
@@ -73,6 +74,8 @@ def run_certification(
     (only rank 0 logs); rerunning the same ``torchrun`` command continues every shard.
     ``trust_pickle``: unpickle a checkpoint that needs more than tensors and
     ``argparse.Namespace`` (can run arbitrary code; see :func:`~rsmooth.engine.checkpoint.read_checkpoint`).
+    ``model_options`` (keyword arguments of :func:`~rsmooth.engine.checkpoint.load_model`: arch,
+    arch_kwargs, mean, std, num_classes) build the model of a checkpoint that does not record it.
     """
     from ..data import certify_indices, get_dataset
     from ..smoothing import DEFAULT_BATCH_SIZE
@@ -97,7 +100,7 @@ def run_certification(
     _check_out(out, resolve_checkpoint_path(checkpoint), overwrite)
     if shard is not None:
         _check_out(str(shard_path(out, shard)), resolve_checkpoint_path(checkpoint), overwrite)
-    loaded = load_model(checkpoint, dataset=dataset, trust_pickle=trust_pickle)
+    loaded = load_model(checkpoint, dataset=dataset, trust_pickle=trust_pickle, **(model_options or {}))
     sigma = validate_sigma(sigma if sigma is not None else _require_sigma(loaded))
     if mode == "certify":
         _warn_small_n(n, alpha, sigma, log)

@@ -18,7 +18,7 @@ import subprocess
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -198,11 +198,11 @@ def versions() -> Dict[str, str]:
 _REQUIRED = {"arch": str, "dataset": str, "num_classes": int, "state_dict": Mapping}
 
 
-def _load_weights(path: Path, model: nn.Module, obj: Any, dataset: str) -> None:
+def _load_weights(path: Path, model: nn.Module, obj: Any, dataset: str, **kw: Any) -> None:
     from ..models import load_weights
 
     try:
-        load_weights(model, obj, dataset)
+        load_weights(model, obj, dataset, **kw)
     except RsmoothError as e:
         raise RsmoothError(f"checkpoint {path}: {e}") from None
 
@@ -220,19 +220,41 @@ class LoadedModel:
     meta: Dict[str, Any] = field(default_factory=dict)
 
 
-def load_model(path: Union[str, Path], dataset: Optional[str] = None,
-               arch: Optional[str] = None, *, trust_pickle: bool = False) -> LoadedModel:
+def _build(path: Path, arch: str, dataset: str, weights: Any, options: Dict[str, Any]) -> nn.Module:
+    """``create_model(arch, dataset, **options)`` with ``weights`` loaded; errors name ``path``."""
+    from ..models import create_model, resolve_arch
+
+    try:
+        model = create_model(arch, dataset, **options)
+        custom = options.get("mean") is not None or resolve_arch(arch).factory is not None
+    except RsmoothError as e:
+        raise RsmoothError(f"checkpoint {path}: {e}") from e.__cause__
+    _load_weights(path, model, weights, dataset,
+                  normalization=(options.get("mean"), options.get("std")) if custom else None)
+    return model
+
+
+def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Optional[str] = None, *,
+               arch_kwargs: Optional[Mapping[str, Any]] = None, mean: Optional[Sequence[float]] = None,
+               std: Optional[Sequence[float]] = None, num_classes: Optional[int] = None,
+               trust_pickle: bool = False) -> LoadedModel:
     """Rebuild the model of an rsmooth or public checkpoint (Cohen/Salman/Jeong/MACER codebases).
 
-    rsmooth checkpoints carry arch, dataset and sigma; ``dataset``/``arch`` given here must
-    agree with them (a model trained on one dataset cannot certify another).  Public
-    checkpoints and ``.safetensors`` files need ``dataset`` unless they record it (their
-    normalisation statistics are not stored).  ``trust_pickle``: see :func:`read_checkpoint`.
+    rsmooth checkpoints carry arch (a ``package.module:factory`` too, imported here: loading
+    someone else's run folder runs the module it names), its keyword arguments, normalisation,
+    dataset and sigma; ``dataset``, ``arch`` and the rest given here must agree with them (a
+    model trained on one dataset cannot certify another).  Public checkpoints and
+    ``.safetensors`` files need ``dataset`` unless they record it (their normalisation
+    statistics are not stored) and, for an architecture that is not built in, ``arch`` with its
+    ``arch_kwargs``, ``mean``/``std`` and ``num_classes`` as in :func:`rsmooth.models.create_model`.
+    ``trust_pickle``: see :func:`read_checkpoint`.
     """
-    from ..models import MODELS, create_model, default_arch
+    from ..models import MODEL_OPTIONS, MODELS, arch_ref, default_arch
 
     ckpt = read_checkpoint(path, trust_pickle=trust_pickle)
     p = resolve_checkpoint_path(path)
+    given = {"arch_kwargs": arch_kwargs, "mean": mean, "std": std, "num_classes": num_classes}
+    given = {k: v for k, v in given.items() if v is not None}
     if ckpt.get("format") == FORMAT:
         missing = [k for k in _REQUIRED if not isinstance(ckpt.get(k), _REQUIRED[k])]
         if missing:
@@ -240,9 +262,17 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None,
                                f"(it has keys {', '.join(map(repr, sorted(ckpt)[:10]))}); it was edited or "
                                f"damaged: restore it from a copy or retrain")
         ck_arch, ck_data = ckpt["arch"], ckpt["dataset"]
-        if arch is not None and arch != ck_arch:
+        if arch is not None and ck_arch not in (arch, arch_ref(arch)):
             raise RsmoothError(f"checkpoint {p} holds a {ck_arch} model, not {arch}; "
                                f"drop --arch or pass --arch {ck_arch}")
+        config = ckpt.get("config") if isinstance(ckpt.get("config"), Mapping) else {}
+        options = {k: config.get(k) for k in MODEL_OPTIONS}
+        options["num_classes"] = ckpt["num_classes"]
+        for key, value in given.items():
+            recorded = options[key]
+            if (list(value) if isinstance(value, (tuple, list)) else value) != recorded:
+                raise RsmoothError(f"checkpoint {p} records {key} {recorded!r}, not {value!r}; drop "
+                                   f"--{key.replace('_', '-')} (a run folder knows how to rebuild its model)")
         if dataset is not None and dataset != ck_data:
             info_ck = ckpt.get("num_classes"), ckpt.get("input_shape")
             from ..data import dataset_info
@@ -253,22 +283,21 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None,
                                    f"({info_ck[0]} classes, input {tuple(info_ck[1] or ())}), which does not "
                                    f"match {dataset} ({info.num_classes} classes, input {info.input_shape})")
         data_name = dataset or ck_data
-        model = create_model(ck_arch, ck_data, num_classes=ckpt.get("num_classes"))
-        _load_weights(p, model, ckpt["state_dict"], ck_data)
+        model = _build(p, ck_arch, ck_data, ckpt["state_dict"], options)
         return LoadedModel(model, ck_arch, data_name, int(ckpt["num_classes"]), ckpt.get("sigma"), p,
                            {k: ckpt.get(k) for k in ("epoch", "method", "seed", "config", "rsmooth_version")})
-    # a public codebase's checkpoint, or a .safetensors file (whose metadata may name both)
+    # a public codebase's checkpoint, one saved by any script, or a .safetensors file (whose
+    # metadata may name the dataset and arch)
     if dataset is None and isinstance(ckpt.get("dataset"), str):
         dataset = ckpt["dataset"]
     if dataset is None:
         raise RsmoothError(f"checkpoint {p} is not an rsmooth checkpoint; pass --dataset so its "
                            f"normalisation and class count are known")
+    from ..data import dataset_info
+
     ck_arch = str(ckpt.get("arch"))
     name = (arch or PUBLIC_ARCHS.get(ck_arch) or (ck_arch if ck_arch in MODELS else None)
             or default_arch(dataset))
-    model = create_model(name, dataset)
-    _load_weights(p, model, ckpt, dataset)
-    from ..data import dataset_info
-
-    return LoadedModel(model, name, dataset, dataset_info(dataset).num_classes, None, p,
+    model = _build(p, name, dataset, ckpt, given)
+    return LoadedModel(model, name, dataset, num_classes or dataset_info(dataset).num_classes, None, p,
                        {"epoch": ckpt.get("epoch"), "public_arch": ckpt.get("arch")})

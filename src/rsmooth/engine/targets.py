@@ -31,7 +31,7 @@ import errno
 import json
 import os
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -77,6 +77,7 @@ def compute_targets(
     overwrite: bool = False,
     shard: Optional[Union[str, Sequence[int]]] = None,
     trust_pickle: bool = False,
+    model_options: Optional[Dict[str, Any]] = None,
 ) -> Path:
     """Compute (or continue computing) the consistency targets of ``checkpoint``'s model.
 
@@ -94,6 +95,8 @@ def compute_targets(
             rank computes shard RANK/WORLD_SIZE and rank 0 merges them into ``out``.
         trust_pickle: unpickle a checkpoint that needs more than tensors and
             ``argparse.Namespace`` (can run arbitrary code; see :func:`read_checkpoint`).
+        model_options: keyword arguments of :func:`~rsmooth.engine.checkpoint.load_model` (arch,
+            arch_kwargs, mean, std, num_classes) for a checkpoint that does not record its model.
     """
     from ..data import get_dataset
     from ..smoothing import DEFAULT_BATCH_SIZE
@@ -106,7 +109,7 @@ def compute_targets(
     if not world.main:
         progress, log = False, distributed.quiet
     check_output_file(out, inputs=[resolve_checkpoint_path(checkpoint)])
-    loaded = load_model(checkpoint, dataset=dataset, trust_pickle=trust_pickle)
+    loaded = load_model(checkpoint, dataset=dataset, trust_pickle=trust_pickle, **(model_options or {}))
     check(sigma is not None or loaded.sigma is not None,
           f"checkpoint {loaded.path} does not record sigma; pass --sigma (0.25 in the papers)")
     sigma = validate_sigma(sigma if sigma is not None else loaded.sigma)

@@ -61,12 +61,18 @@ DATASET_DEFAULTS: Dict[str, Dict[str, Any]] = {
 }
 
 #: config fields that must not change when a run is resumed
-_FIXED_ON_RESUME = ("dataset", "arch", "method", "hparams", "batch_size", "lr", "momentum",
-                    "weight_decay", "nesterov", "lr_step", "milestones", "lr_gamma", "lr_timing",
-                    "seed", "targets", "precision", "channels_last", "compile")
+_FIXED_ON_RESUME = ("dataset", "arch", "arch_kwargs", "num_classes", "input_size", "mean", "std",
+                    "method", "hparams", "batch_size", "lr", "momentum", "weight_decay", "nesterov",
+                    "lr_step", "milestones", "lr_gamma", "lr_timing", "seed", "targets", "precision",
+                    "channels_last", "compile")
 LR_TIMINGS = ("catrs", "cohen")
 #: autocast dtype of each --precision (fp32: no autocast)
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _as_list(values: Optional[Any]) -> Optional[List[Any]]:
+    """A sequence as a list (as the checkpoint's JSON-like config holds it, compared on resume)."""
+    return None if values is None else list(values)
 
 
 @dataclass
@@ -74,7 +80,12 @@ class TrainConfig:
     """Everything that defines a training run (saved, resolved, in every checkpoint)."""
 
     dataset: str = "digits"
-    arch: Optional[str] = None
+    arch: Optional[str] = None  # a registered name, package.module:factory or an rsmooth.models entry point
+    arch_kwargs: Optional[Dict[str, Any]] = None  # keyword arguments of a module:factory architecture
+    num_classes: Optional[int] = None  # logits of the model (default: the dataset's classes)
+    input_size: Optional[List[int]] = None  # (C, H, W) passed to a factory (default: the dataset's)
+    mean: Optional[List[float]] = None  # per-channel normalisation in [0,1] pixel units (default: the
+    std: Optional[List[float]] = None   # dataset's for built-in archs, none for a factory)
     method: str = "gaussian"
     hparams: Dict[str, Any] = field(default_factory=dict)  # method hyperparameters, sigma included
     epochs: Optional[int] = None
@@ -101,19 +112,23 @@ class TrainConfig:
     def resolved(self) -> "TrainConfig":
         """Fill dataset-dependent defaults (arch, lr, epochs, lr_step) and validate."""
         from ..data import dataset_info
-        from ..models import default_arch
+        from ..models import arch_ref, default_arch
 
-        dataset_info(self.dataset)  # unknown dataset -> error listing the valid ones
+        info = dataset_info(self.dataset)  # unknown dataset -> error listing the valid ones
         d = DATASET_DEFAULTS.get(self.dataset, DATASET_DEFAULTS["cifar10"])
         c = dataclasses.replace(
             self,
-            arch=self.arch or default_arch(self.dataset),
+            arch=arch_ref(self.arch or default_arch(self.dataset)),
+            arch_kwargs=dict(self.arch_kwargs) if self.arch_kwargs else None,
+            input_size=_as_list(self.input_size), mean=_as_list(self.mean), std=_as_list(self.std),
             lr=d["lr"] if self.lr is None else self.lr,
             epochs=d["epochs"] if self.epochs is None else self.epochs,
             lr_step=d["lr_step"] if self.lr_step is None else self.lr_step,
             hparams=dict(self.hparams),
             seed=validate_seed(self.seed),
         )
+        check(c.num_classes is None or (isinstance(c.num_classes, int) and c.num_classes >= info.num_classes),
+              f"--num-classes must be at least the {info.num_classes} classes of {c.dataset}, got {c.num_classes!r}")
         check(c.epochs >= 1, f"--epochs must be >= 1, got {c.epochs}")
         check(c.batch_size >= 1, f"--batch-size must be >= 1, got {c.batch_size}")
         check(c.lr > 0 and math.isfinite(c.lr), f"--lr must be > 0, got {c.lr}")
@@ -131,6 +146,12 @@ class TrainConfig:
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def model_options(self) -> Dict[str, Any]:
+        """The keyword arguments of ``create_model(arch, dataset, ...)`` that build this run's model."""
+        from ..models import MODEL_OPTIONS
+
+        return {k: getattr(self, k) for k in MODEL_OPTIONS}
 
 
 @dataclass
@@ -329,7 +350,7 @@ def train(
               f"training set has {len(train_set)} examples")
 
     torch.manual_seed(c.seed)
-    model = create_model(c.arch, c.dataset).to(device)
+    model = create_model(c.arch, c.dataset, **c.model_options()).to(device)
     if c.sync_bn and w.size > 1:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     opt = torch.optim.SGD(model.parameters(), lr=c.lr, momentum=c.momentum,
@@ -549,7 +570,7 @@ def _checkpoint(model, opt, sched, scaler, epoch, c: TrainConfig, method: Method
         "epoch": epoch,
         "arch": c.arch,
         "dataset": c.dataset,
-        "num_classes": info.num_classes,
+        "num_classes": c.num_classes or info.num_classes,
         "input_shape": list(info.input_shape),
         "sigma": float(method.sigma),
         "method": c.method,

@@ -73,7 +73,7 @@ def _unwrap(obj: Any) -> Tuple[Mapping, Optional[str]]:
     )
 
 
-def canonical_state_dict(obj: Any) -> Dict[str, torch.Tensor]:
+def canonical_state_dict(obj: Any, indexed: Optional[bool] = None) -> Dict[str, torch.Tensor]:
     """The weights of any accepted format, keyed as ``create_model``'s Sequential.
 
     Pure function (no model needed): unwraps the container, strips DataParallel /
@@ -87,7 +87,8 @@ def canonical_state_dict(obj: Any) -> Dict[str, torch.Tensor]:
         check(new not in stripped, f"checkpoint has two entries for {new!r} after removing "
                                    f"wrapper prefixes (e.g. {key!r})")
         stripped[new] = value
-    indexed = any(k.split(".", 1)[0] in ("0", "1") for k in stripped)
+    if indexed is None:  # keys 0.xxx / 1.xxx: a Sequential(Normalize, net) (bare keys get "1.")
+        indexed = any(k.split(".", 1)[0] in ("0", "1") for k in stripped)
     out: Dict[str, torch.Tensor] = {}
     for key, value in stripped.items():
         if not indexed:
@@ -105,7 +106,8 @@ def _fmt(keys: List[str], limit: int = 3) -> str:
     return ", ".join(keys[:limit]) + more
 
 
-def load_weights(model: nn.Module, obj: Any, dataset: str) -> nn.Module:
+def load_weights(model: nn.Module, obj: Any, dataset: str, *,
+                 normalization: Optional[Tuple[Any, Any]] = None) -> nn.Module:
     """Load a checkpoint (any format in the module docstring) into ``model`` in place.
 
     Args:
@@ -113,6 +115,8 @@ def load_weights(model: nn.Module, obj: Any, dataset: str) -> nn.Module:
         obj: the already-loaded checkpoint (``torch.load(..., weights_only=True)``).
         dataset: the dataset the model is for; its normalisation constants are kept when
             the checkpoint does not store them and must match when it does.
+        normalization: (mean, std) the model was built with when not the dataset's
+            (``create_model(..., mean=, std=)``; ``(None, None)``: none).
 
     Returns:
         ``model``, with every parameter and buffer of the net overwritten.
@@ -127,11 +131,16 @@ def load_weights(model: nn.Module, obj: Any, dataset: str) -> nn.Module:
     _, ckpt_arch = _unwrap(obj)
     state = canonical_state_dict(obj)
     target = model.state_dict()
+    net_keys = {k for k in target if not k.startswith("0.")}
+    if not net_keys <= set(state):  # the bare keys of a net that is itself a Sequential (0.weight, ...)
+        bare = canonical_state_dict(obj, indexed=False)
+        state = bare if net_keys <= set(bare) else state
 
     norm = model[0] if isinstance(model, nn.Sequential) and len(model) == 2 else None
     check(isinstance(norm, Normalize), "load_weights expects a model from create_model(arch, "
                                        f"dataset): Sequential(Normalize, net), got {arch!r}")
-    expected = None if stats.mean is None else (torch.tensor(stats.mean), torch.tensor(stats.std))
+    mean, std = (stats.mean, stats.std) if normalization is None else normalization
+    expected = None if mean is None else (torch.tensor(mean), torch.tensor(std))
     actual = None if norm.identity else (norm.mean.detach().flatten().float().cpu(),
                                          norm.std.detach().flatten().float().cpu())
     same = (expected is None) == (actual is None) and (expected is None or all(

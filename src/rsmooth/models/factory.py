@@ -1,18 +1,27 @@
-"""The MODELS registry, ``create_model`` and ``default_arch``.
+"""The MODELS registry, ``create_model``, ``register_model`` and ``default_arch``.
 
 Every model is ``nn.Sequential(Normalize(mean, std), net)``: inputs are [0, 1] pixels,
 module 0 standardises with the dataset's constants (registered buffers), and the net's
 state_dict keys are ``1.xxx`` exactly as in the public checkpoints of Cohen et al. 2019 (arXiv
 1902.02918), Salman et al. 2019 (arXiv 1906.04584) and Jeong et al.
+
+An architecture is named in one of three ways: a name in ``MODELS`` (built in, or added by
+``register_model``), ``package.module:factory`` (any importable callable returning an
+``nn.Module``; importing it runs that module's code), or the name of an entry point in the group
+``rsmooth.models`` of an installed package (loaded when the name is not in ``MODELS``).  Such a
+factory's net gets [0, 1] pixels unless ``mean``/``std`` are given.
 """
 from __future__ import annotations
 
+import importlib
+import inspect
 from dataclasses import dataclass
-from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+import torch
 from torch import nn
 
-from ..errors import RsmoothError, check
+from ..errors import RsmoothError, check, first_line
 from ..registry import Registry
 from .normalize import Normalize
 
@@ -62,16 +71,22 @@ class ArchSpec:
 
     ``build(num_classes) -> nn.Module`` maps [B, C, H, W] (already normalised) to logits
     [B, num_classes]. ``input_size`` is the fixed (H, W) the net is sized for, or None for
-    any size of at least ``min_size``.
+    any size of at least ``min_size``.  A factory (``module:factory``, an entry point,
+    ``register_model``) has ``factory`` set instead: it is called with the keyword arguments
+    of ``create_model`` and checked by one forward pass; ``ref`` is what a checkpoint records.
     """
 
     name: str
-    build: Callable[[int], nn.Module]
-    in_channels: int
+    build: Optional[Callable[[int], nn.Module]]
+    in_channels: Optional[int]
     input_size: Optional[Tuple[int, int]] = None
     min_size: int = 1
+    factory: Optional[Callable[..., nn.Module]] = None
+    ref: Optional[str] = None
 
     def accepts(self, input_shape: Tuple[int, int, int]) -> bool:
+        if self.factory is not None:
+            return True  # checked by a forward pass
         c, h, w = input_shape
         if c != self.in_channels:
             return False
@@ -108,25 +123,192 @@ def default_arch(dataset: str) -> str:
     return _DEFAULT_ARCH[dataset]
 
 
-def create_model(arch: str, dataset: str, num_classes: Optional[int] = None) -> nn.Sequential:
+ENTRY_POINT_GROUP = "rsmooth.models"
+#: the keyword arguments of ``create_model`` that a training run records to rebuild its model
+MODEL_OPTIONS = ("num_classes", "arch_kwargs", "mean", "std", "input_size")
+
+
+def _import_factory(ref: str) -> Callable[..., Any]:
+    """The callable named by ``package.module:attr`` (attr may be dotted); one-line errors."""
+    module, _, attr = ref.partition(":")
+    check(bool(module and attr), f"--arch {ref!r} is not of the form package.module:factory")
+    try:
+        obj: Any = importlib.import_module(module)
+    except Exception as e:  # the user's module may raise anything while it is imported
+        raise RsmoothError(f"--arch {ref}: cannot import module {module!r} ({first_line(e)}); "
+                           f"install its package or put its folder on PYTHONPATH") from e
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise RsmoothError(f"--arch {ref}: module {module!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    check(callable(obj), f"--arch {ref}: {attr} is a {type(obj).__name__}, not a callable returning an nn.Module")
+    return obj
+
+
+def _importable_ref(factory: Callable[..., Any]) -> Optional[str]:
+    """``module:qualname`` when it imports back to ``factory`` in a new process, else None."""
+    module, qualname = getattr(factory, "__module__", None), getattr(factory, "__qualname__", "")
+    if not module or module == "__main__" or "<" in qualname:
+        return None
+    try:
+        return f"{module}:{qualname}" if _import_factory(f"{module}:{qualname}") is factory else None
+    except RsmoothError:
+        return None
+
+
+def _entry_point(name: str) -> Optional[ArchSpec]:
+    """The architecture an installed package registers as entry point ``name`` of group
+    ``rsmooth.models`` (its value is a ``module:factory``), or None."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            try:
+                factory = ep.load()
+            except Exception as e:
+                raise RsmoothError(f"architecture {name!r}: cannot load entry point {ep.value!r} of "
+                                   f"group {ENTRY_POINT_GROUP} ({first_line(e)})") from e
+            check(callable(factory), f"architecture {name!r}: entry point {ep.value!r} is not callable")
+            return ArchSpec(name, None, None, factory=factory, ref=name)
+    return None
+
+
+def resolve_arch(arch: str) -> ArchSpec:
+    """The :class:`ArchSpec` of a registered name, a ``module:factory`` or an entry point."""
+    check(isinstance(arch, str) and bool(arch), f"arch must be a non-empty string, got {arch!r}")
+    if arch in MODELS:
+        return MODELS.get(arch)
+    if ":" in arch:
+        return ArchSpec(arch, None, None, factory=_import_factory(arch), ref=arch)
+    spec = _entry_point(arch)
+    if spec is None:
+        raise RsmoothError(
+            f"unknown model {arch!r}; choose one of: {', '.join(arch_names())}, or name any "
+            f"factory as package.module:factory (a model registered with rsmooth.register_model "
+            f"exists only in the process that registered it)")
+    return spec
+
+
+def arch_ref(arch: str) -> str:
+    """What a checkpoint records for ``arch``: ``module:qualname`` for a model registered with
+    :func:`register_model` whose factory imports back (so a new process rebuilds it), else
+    ``arch`` itself."""
+    return resolve_arch(arch).ref or arch
+
+
+def arch_names() -> List[str]:
+    """The registered architectures and those of installed ``rsmooth.models`` entry points."""
+    from importlib.metadata import entry_points
+
+    return sorted(set(MODELS.names()) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def register_model(name: str, factory: Optional[Callable[..., nn.Module]] = None, *,
+                   replace: bool = False) -> Any:
+    """Register ``factory(**kwargs) -> nn.Module`` as architecture ``name`` (also a decorator).
+
+    The factory is called like a ``module:factory`` architecture: with ``arch_kwargs``, plus
+    ``num_classes`` and ``input_size`` (C, H, W) when its signature names them; its net gets
+    [0, 1] pixels unless ``mean``/``std`` are given.  A name lives only in this process, so a
+    checkpoint records ``factory.__module__:factory.__qualname__`` when that imports back to
+    the factory (then ``rsmooth certify`` rebuilds it in a new process), else the name.
+
+    Example::
+
+        rsmooth.register_model("mlp", lambda num_classes: nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes)))
+    """
+    if factory is None:
+        return lambda f: register_model(name, f, replace=replace)
+    check(isinstance(name, str) and bool(name) and ":" not in name,
+          f"model name must be a non-empty string without ':', got {name!r}")
+    check(callable(factory), f"factory must be callable, got {type(factory).__name__}")
+    if name in MODELS:
+        check(replace and MODELS.get(name).factory is not None,
+              f"model {name!r} is already registered; pick another name"
+              + ("" if MODELS.get(name).factory is None else " or pass replace=True"))
+    MODELS.register(name, replace=True)(ArchSpec(name, None, None, factory=factory,
+                                                 ref=_importable_ref(factory)))
+    return factory
+
+
+def _call_factory(spec: ArchSpec, kwargs: Mapping[str, Any], num_classes: int,
+                  input_shape: Tuple[int, int, int]) -> nn.Module:
+    try:
+        params = inspect.signature(spec.factory).parameters
+    except (TypeError, ValueError):  # some builtins have no signature
+        params = {}
+    kw = dict(kwargs)
+    for key, value in (("num_classes", num_classes), ("input_size", input_shape)):
+        if key in params and key not in kw:
+            kw[key] = value
+    try:
+        net = spec.factory(**kw)
+    except Exception as e:  # the user's code
+        raise RsmoothError(f"architecture {spec.name}: the factory failed with arguments {kw} "
+                           f"({type(e).__name__}: {first_line(e)})") from e
+    check(isinstance(net, nn.Module), f"architecture {spec.name}: the factory returned a "
+                                      f"{type(net).__name__}, not a torch.nn.Module")
+    return net
+
+
+def _check_forward(model: nn.Module, arch: str, input_shape: Tuple[int, int, int], num_classes: int) -> None:
+    """One forward pass of a zero image in eval mode: the model must return logits [1, K]."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(torch.zeros(1, *input_shape))
+    except Exception as e:
+        raise RsmoothError(f"architecture {arch} fails on an input of shape {tuple(input_shape)} "
+                           f"(C, H, W): {first_line(e)}") from e
+    finally:
+        model.train(was_training)
+    got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+    check(isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[0] == 1,
+          f"architecture {arch} must return logits [B, K]; for an input [1, {', '.join(map(str, input_shape))}] "
+          f"it returned {got}")
+    check(out.shape[1] == num_classes,
+          f"architecture {arch} returns {out.shape[1]} logits but num_classes is {num_classes}; "
+          f"pass --num-classes {out.shape[1]} or make the factory return {num_classes} "
+          f"(e.g. --arch-kwargs '{{\"num_classes\": {num_classes}}}')")
+
+
+def create_model(arch: str, dataset: str, num_classes: Optional[int] = None, *,
+                 arch_kwargs: Optional[Mapping[str, Any]] = None,
+                 mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
+                 input_size: Optional[Sequence[int]] = None) -> nn.Sequential:
     """Build ``nn.Sequential(Normalize(mean, std), net)`` with random weights.
 
     Args:
-        arch: a name in ``MODELS.names()``.
+        arch: a name in ``MODELS.names()``, ``package.module:factory`` or an entry point of
+            group ``rsmooth.models`` (see the module docstring).
         dataset: a dataset name (digits, mnist, fashion-mnist, cifar10, cifar100, imagenet);
             fixes the normalisation constants, the input shape and the default num_classes.
         num_classes: K, the number of logits; defaults to the dataset's.
+        arch_kwargs: keyword arguments of a factory (a built-in architecture takes none).
+        mean, std: per-channel normalisation in [0, 1] pixel units, applied before the net
+            (sigma stays in pixel units); default: the dataset's for a built-in architecture,
+            none for a factory (its net gets [0, 1] pixels).
+        input_size: (C, H, W) the net gets, passed to a factory that names ``input_size``;
+            must be the dataset's (images are not resized).
 
     Returns:
         a module mapping [0, 1] pixels [B, C, H, W] to logits [B, K]; its attributes
-        ``arch`` and ``dataset`` record how it was made (used in error messages).
+        ``arch`` and ``dataset`` record how it was made (``arch`` as :func:`arch_ref`).
 
     Raises:
         RsmoothError: unknown arch or dataset, or an arch that does not fit the dataset's
-            input shape (e.g. lenet on cifar10).
+            input shape (e.g. lenet on cifar10), or a factory that cannot be imported, fails,
+            returns no ``nn.Module`` or not logits [B, K].
     """
-    spec = MODELS.get(arch)
+    spec = resolve_arch(arch)
     stats = dataset_stats(dataset)
+    if input_size is not None:
+        check(tuple(input_size) == stats.input_shape,
+              f"--input-size {' '.join(map(str, input_size))} differs from dataset {dataset!r}'s images "
+              f"{stats.input_shape} (C, H, W); rsmooth does not resize: drop it or use that size")
+    check(spec.factory is not None or not arch_kwargs,
+          f"--arch-kwargs applies to a package.module:factory architecture, not the built-in {arch!r}")
     if not spec.accepts(stats.input_shape):
         raise RsmoothError(
             f"architecture {arch!r} needs inputs of shape {spec.describe_input()} but dataset "
@@ -138,8 +320,21 @@ def create_model(arch: str, dataset: str, num_classes: Optional[int] = None) -> 
         num_classes = stats.num_classes
     check(isinstance(num_classes, int) and not isinstance(num_classes, bool) and num_classes >= 2,
           f"num_classes must be an integer >= 2, got {num_classes!r}")
-    model = nn.Sequential(Normalize(stats.mean, stats.std), spec.build(num_classes))
-    model.arch = arch
+    check((mean is None) == (std is None), "--mean and --std go together: pass both or neither")
+    if mean is None and spec.factory is None:
+        mean, std = stats.mean, stats.std
+    if mean is not None:
+        check(len(mean) == len(std) == stats.input_shape[0],
+              f"--mean and --std need one value per channel ({stats.input_shape[0]} for {dataset}), "
+              f"got {len(mean)} and {len(std)}")
+    if spec.factory is None:
+        net = spec.build(num_classes)
+    else:
+        net = _call_factory(spec, arch_kwargs or {}, num_classes, stats.input_shape)
+    model = nn.Sequential(Normalize(mean, std), net)
+    if spec.factory is not None:
+        _check_forward(model, arch, stats.input_shape, num_classes)
+    model.arch = spec.ref or arch
     model.dataset = dataset
     return model
 

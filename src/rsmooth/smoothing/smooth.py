@@ -11,7 +11,7 @@ import copy
 import enum
 import math
 from contextlib import contextmanager
-from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import torch
@@ -407,6 +407,57 @@ class Smooth:
         if p_lower < 0.5:
             return Smooth.ABSTAIN, 0.0
         return c_a, certified_radius(p_lower, self.sigma)
+
+    def certify_batch(
+        self,
+        xs: torch.Tensor,
+        n0: int,
+        n: int,
+        alpha: float,
+        batch_size: int,
+        *,
+        labels: Optional[Sequence[int]] = None,
+        indices: Optional[Sequence[int]] = None,
+        seed: int = 0,
+    ) -> List[Dict[str, object]]:
+        """CERTIFY each image of a batch: one record per image, ready for ``pandas.DataFrame``.
+
+        Image b is certified with noise from a generator seeded by ``(seed, indices[b])``
+        exactly as ``rsmooth certify --seed`` seeds dataset example ``indices[b]``, so with the
+        dataset indices of the images the records equal that command's TSV rows (time aside).
+
+        Args:
+            xs: images [B x C x H x W] in [0, 1]; n0, n, alpha, batch_size: as in :meth:`certify`.
+            labels: optional true classes [B]: adds ``label`` and ``correct`` to the records.
+            indices: the images' example indices (default 0, ..., B-1).
+            seed: the noise seed.
+        Returns:
+            ``[{"index", "predict", "radius"[, "label", "correct"]}, ...]``; predict is ABSTAIN
+            (-1) with radius 0.0 when the smoothed classifier abstains.
+
+        Example::
+
+            records = Smooth(model, num_classes=10, sigma=0.25).certify_batch(xs, 100, 10_000, 0.001, 1000, labels=ys)
+            pandas.DataFrame(records)
+        """
+        from ..engine.seeding import generator, validate_seed
+
+        _validate_input(xs, 4, "xs")
+        seed = validate_seed(seed, "seed")
+        indices = list(range(len(xs))) if indices is None else [int(i) for i in indices]
+        check(len(indices) == len(xs), f"indices has {len(indices)} entries for {len(xs)} images")
+        if labels is not None:
+            check(len(labels) == len(xs), f"labels has {len(labels)} entries for {len(xs)} images")
+        records: List[Dict[str, object]] = []
+        for b, i in enumerate(indices):
+            pred, radius = self.certify(xs[b], n0, n, alpha, batch_size,
+                                        generator=generator(seed, "certify", i, device=self.device))
+            record: Dict[str, object] = {"index": i, "predict": pred, "radius": radius}
+            if labels is not None:
+                label = int(labels[b])
+                record.update(label=label, correct=pred == label)
+            records.append(record)
+        return records
 
 
 def _refuse_nonfinite(bad: int, total: int) -> None:
