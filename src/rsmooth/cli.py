@@ -274,6 +274,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "scripts behind the CAT-RS tables; cohen: one epoch earlier, as in Cohen et al.'s code")
     t.add_argument("--seed", type=int, help="seed of every random stream of the run (default: 0)")
     t.add_argument("--targets", help="per-example consistency targets file from 'rsmooth targets' (CAT-RS)")
+    t.add_argument("--optimizer", choices=["sgd", "adam"],
+                   help="sgd (default; --momentum, --nesterov) or adam (the denoisers of Salman et al. 2020)")
+    den = t.add_argument_group(
+        "denoised smoothing (--method denoise-mse | denoise-stab; Salman, Sun, Yang, Kapoor, Kolter 2020, "
+        "Denoised Smoothing: A Provable Defense for Pretrained Classifiers, arXiv 2003.01908)",
+        "trains a denoiser D (--arch dncnn, or dncnn_small, the default for 1-channel images) in front of a "
+        "frozen classifier f; 'rsmooth certify --checkpoint OUT' then certifies f(D(x))")
+    den.add_argument("--classifier", help="the frozen classifier f: an rsmooth checkpoint or run folder "
+                     "(e.g. of --method standard); the run records its path and sha256")
+    den.add_argument("--init", help="start D from this denoiser run's weights (the paper's Stab+MSE: "
+                     "denoise-stab from a denoise-mse run)")
     t.add_argument("--workers", type=int, default=0,
                    help="data-loading worker processes (default: 0); on CUDA they prefetch into pinned "
                    "memory. Batches are the same with any number (each is seeded by seed, epoch, step)")
@@ -451,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
 #: train flags that map one-to-one onto TrainConfig fields
 _TRAIN_FIELDS = ("dataset", *_ARCH_FIELDS, "method", "epochs", "batch_size", "lr", "momentum",
                  "weight_decay", "nesterov", "lr_step", "milestones", "lr_gamma", "lr_timing", "seed",
-                 "data_dir", "device", "targets", "precision", "channels_last", "compile", "sync_bn")
+                 "data_dir", "device", "targets", "precision", "channels_last", "compile", "sync_bn", "optimizer", "classifier", "init")
 
 
 def train_config_from_args(args: argparse.Namespace):

@@ -207,6 +207,29 @@ def _load_weights(path: Path, model: nn.Module, obj: Any, dataset: str, **kw: An
         raise RsmoothError(f"checkpoint {path}: {e}") from None
 
 
+def _load_denoised(p: Path, ckpt: Dict[str, Any], dataset: Optional[str], trust_pickle: bool) -> "LoadedModel":
+    """A denoiser run (denoised smoothing): its D in front of the classifier f it records, which
+    must be the very file D was trained with (same sha256)."""
+    from ..methods.denoise import DenoisedClassifier
+    from ..models.dncnn import create_denoiser
+
+    ref = ckpt["classifier"]
+    f_path = Path(str(ref.get("path")))
+    if not f_path.exists():
+        raise RsmoothError(f"checkpoint {p} is a denoiser for the classifier {f_path}, which is missing; "
+                           f"put that checkpoint back (sha256 {str(ref.get('sha256'))[:16]}...)")
+    if file_sha256(f_path) != ref.get("sha256"):
+        raise RsmoothError(f"checkpoint {p}: its classifier {f_path} changed since the denoiser was trained "
+                           f"(sha256 differs); restore that classifier or train the denoiser again")
+    f = load_model(f_path, dataset=dataset, trust_pickle=trust_pickle)
+    denoiser = create_denoiser(ckpt["arch"], int(ckpt["input_shape"][0]))
+    denoiser.load_state_dict(ckpt["state_dict"])  # rsmooth's own, its digest checked on reading
+    return LoadedModel(DenoisedClassifier(denoiser, f.model), f"{ckpt['arch']}+{f.arch}", f.dataset,
+                       f.num_classes, ckpt.get("sigma"), p,
+                       {**{k: ckpt.get(k) for k in ("epoch", "method", "seed", "config", "rsmooth_version")},
+                        "classifier": dict(ref)})
+
+
 @dataclass
 class LoadedModel:
     """A model rebuilt from a checkpoint, with what the checkpoint says about it."""
@@ -261,6 +284,8 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
             raise RsmoothError(f"checkpoint {p} is an rsmooth checkpoint without a valid {missing[0]!r} "
                                f"(it has keys {', '.join(map(repr, sorted(ckpt)[:10]))}); it was edited or "
                                f"damaged: restore it from a copy or retrain")
+        if isinstance(ckpt.get("classifier"), Mapping):
+            return _load_denoised(p, ckpt, dataset, trust_pickle)
         ck_arch, ck_data = ckpt["arch"], ckpt["dataset"]
         if arch is not None and ck_arch not in (arch, arch_ref(arch)):
             raise RsmoothError(f"checkpoint {p} holds a {ck_arch} model, not {arch}; "

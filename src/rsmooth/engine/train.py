@@ -40,7 +40,7 @@ from torch import nn
 from .. import __version__
 from ..errors import RsmoothError, check
 from ..fileio import atomic_write_bytes, naming, remove_stale_temps, run_lock
-from ..methods import Batch, Method, StepContext, create_method
+from ..methods import METHODS, Batch, Method, StepContext, create_method
 from ..paths import check_output_dir
 from ..progress import format_duration, progress_bar
 from .checkpoint import (CHECKPOINT_NAME, FORMAT, atomic_save, git_commit, read_checkpoint,
@@ -64,8 +64,9 @@ DATASET_DEFAULTS: Dict[str, Dict[str, Any]] = {
 _FIXED_ON_RESUME = ("dataset", "arch", "arch_kwargs", "num_classes", "input_size", "mean", "std",
                     "method", "hparams", "batch_size", "lr", "momentum", "weight_decay", "nesterov",
                     "lr_step", "milestones", "lr_gamma", "lr_timing", "seed", "targets", "precision",
-                    "channels_last", "compile")
+                    "channels_last", "compile", "optimizer", "classifier", "init")
 LR_TIMINGS = ("catrs", "cohen")
+OPTIMIZERS = ("sgd", "adam")
 #: autocast dtype of each --precision (fp32: no autocast)
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -108,6 +109,9 @@ class TrainConfig:
     channels_last: bool = False  # model and batches in channels-last memory format
     compile: bool = False  # train through torch.compile(model)
     sync_bn: bool = False  # under torchrun: SyncBatchNorm (default: per-rank batch-norm statistics)
+    optimizer: str = "sgd"  # sgd (momentum, nesterov) or adam (the denoiser papers')
+    classifier: Optional[str] = None  # denoiser methods: the frozen classifier (checkpoint or run folder)
+    init: Optional[str] = None  # denoiser methods: start from this denoiser run's weights
 
     def resolved(self) -> "TrainConfig":
         """Fill dataset-dependent defaults (arch, lr, epochs, lr_step) and validate."""
@@ -116,9 +120,11 @@ class TrainConfig:
 
         info = dataset_info(self.dataset)  # unknown dataset -> error listing the valid ones
         d = DATASET_DEFAULTS.get(self.dataset, DATASET_DEFAULTS["cifar10"])
+        denoiser = is_denoiser(self.method)
         c = dataclasses.replace(
             self,
-            arch=arch_ref(self.arch or default_arch(self.dataset)),
+            arch=(self.arch or ("dncnn" if info.input_shape[0] == 3 else "dncnn_small")) if denoiser
+            else arch_ref(self.arch or default_arch(self.dataset)),
             arch_kwargs=dict(self.arch_kwargs) if self.arch_kwargs else None,
             input_size=_as_list(self.input_size), mean=_as_list(self.mean), std=_as_list(self.std),
             lr=d["lr"] if self.lr is None else self.lr,
@@ -142,6 +148,13 @@ class TrainConfig:
         if c.milestones is not None:
             check(all(m >= 1 for m in c.milestones) and list(c.milestones) == sorted(c.milestones),
                   f"--milestones must be increasing epochs >= 1, got {c.milestones}")
+        check(c.optimizer in OPTIMIZERS, f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {c.optimizer!r}")
+        if denoiser:
+            check(c.classifier is not None, f"--method {c.method} trains a denoiser in front of a classifier: "
+                  f"pass --classifier CKPT_OR_RUN (e.g. a run of --method standard)")
+        else:
+            check(c.classifier is None and c.init is None,
+                  "--classifier and --init are for the denoiser methods (denoise-mse, denoise-stab)")
         return c
 
     def to_dict(self) -> Dict[str, Any]:
@@ -161,6 +174,11 @@ class TrainResult:
     checkpoint: Path
     history: List[Dict[str, Any]]
     model: nn.Module
+
+
+def is_denoiser(method: str) -> bool:
+    """Whether ``method`` trains a denoiser in front of a frozen classifier (denoised smoothing)."""
+    return bool(getattr(METHODS.get(method), "denoiser", False))
 
 
 def lr_factor(epoch: int, c: "TrainConfig") -> float:
@@ -322,7 +340,6 @@ def train(
         stop_after_epoch: stop (as if killed) after this many epochs; for tests and staging.
     """
     from ..data import get_dataset
-    from ..models import create_model
 
     c = config.resolved()
     method: Method = create_method(c.method, **c.hparams)
@@ -350,11 +367,12 @@ def train(
               f"training set has {len(train_set)} examples")
 
     torch.manual_seed(c.seed)
-    model = create_model(c.arch, c.dataset, **c.model_options()).to(device)
+    model, scored, recorded = _build_model(c, method, device)
     if c.sync_bn and w.size > 1:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    opt = torch.optim.SGD(model.parameters(), lr=c.lr, momentum=c.momentum,
-                          weight_decay=c.weight_decay, nesterov=c.nesterov)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = (torch.optim.Adam(params, lr=c.lr, weight_decay=c.weight_decay) if c.optimizer == "adam" else
+           torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay, nesterov=c.nesterov))
     sched = _make_scheduler(opt, c)
     with distributed.process_group(device):
         ck = _start_state(ckpt_path, c, resume, w, log)
@@ -379,13 +397,13 @@ def train(
                 t0 = time.time()
                 record = run.epoch(train_set, epoch, progress)
                 distributed.broadcast_buffers(model, w)  # rank 0's batch-norm statistics are the model's
-                record.update(evaluate(model, test_set, method.sigma, derive_seed(c.seed, epoch),
+                record.update(evaluate(scored, test_set, method.sigma, derive_seed(c.seed, epoch),
                                        c.eval_batch_size, device, w))
                 record["time"] = time.time() - t0
                 history.append(record)
                 if w.main:
-                    atomic_save(_checkpoint(model, opt, sched, scaler, epoch + 1, c, method, history,
-                                            train_set, w), ckpt_path)
+                    atomic_save({**_checkpoint(model, opt, sched, scaler, epoch + 1, c, method, history,
+                                               train_set, w), **recorded}, ckpt_path)
                 line = (f"epoch {epoch + 1}/{c.epochs}  lr {record['lr']:.4g}  loss {record['loss']:.4f}  "
                         f"test acc {record['test_acc']:.4f}  noisy {record['test_acc_noisy']:.4f}  "
                         f"{record['time']:.1f}s")
@@ -396,6 +414,36 @@ def train(
                 write(record)
         distributed.barrier(w, "rank 0's checkpoint")  # every rank returns once it is written
     return TrainResult(ckpt_path, history, model)
+
+
+def _build_model(c: TrainConfig, method: Method, device: torch.device
+                 ) -> Tuple[nn.Module, nn.Module, Dict[str, Any]]:
+    """(the model trained, the classifier the evaluation scores, what the checkpoint records
+    besides).  A denoiser method trains D in front of the frozen ``--classifier`` f (set as
+    ``method.classifier``) and scores f(D(x)); its checkpoint records f's path, sha256 and classes."""
+    from ..models import create_model
+
+    if not is_denoiser(c.method):
+        model = create_model(c.arch, c.dataset, **c.model_options()).to(device)
+        return model, model, {}
+    from ..data import dataset_info
+    from ..methods.denoise import DenoisedClassifier
+    from ..models.dncnn import create_denoiser
+    from .checkpoint import file_sha256, load_model
+
+    f = load_model(c.classifier, dataset=c.dataset)
+    method.classifier = f.model.to(device).requires_grad_(False).eval()
+    model = create_denoiser(c.arch, dataset_info(c.dataset).input_shape[0]).to(device)
+    if c.init:
+        init = read_checkpoint(c.init)
+        check(isinstance(init.get("classifier"), dict) and init.get("arch") == c.arch,
+              f"--init {c.init} is not a {c.arch} denoiser run; pass the run folder of a denoise-mse "
+              f"or denoise-stab run with the same --arch")
+        model.load_state_dict(init["state_dict"])
+    path = f.path.resolve()
+    return model, DenoisedClassifier(model, method.classifier), {
+        "classifier": {"path": str(path), "sha256": file_sha256(path), "arch": f.arch},
+        "num_classes": f.num_classes}
 
 
 def _start_state(ckpt_path: Path, c: TrainConfig, resume: bool, w: World,

@@ -1,20 +1,25 @@
 """Denoised smoothing (Salman, Sun, Yang, Kapoor, Kolter 2020, Denoised Smoothing: A Provable
 Defense for Pretrained Classifiers, arXiv 2003.01908): the losses that train a denoiser D in
-front of a frozen classifier f, and the composition f(D(x)) that randomized smoothing certifies.
+front of a frozen classifier f, the two training methods, and the composition f(D(x)) that
+randomized smoothing certifies.
 
-Integration (not registered as a method yet): the engine loads f with ``load_model`` from
-``--classifier CKPT_OR_RUN``, wraps it as ``DenoisedClassifier(D, f)`` and hands the methods
-the composition; only D's parameters go to the optimiser and into the checkpoint.  The run folder
-records the classifier's resolved path and sha256 (and how to rebuild it), so ``certify RUN``
-reloads f, refuses a classifier whose sha256 changed, and certifies ``DenoisedClassifier(D, f)``.
+``rsmooth train --method denoise-mse|denoise-stab --classifier CKPT_OR_RUN`` trains D only: the
+engine loads f with ``load_model``, hands it to the method (``method.classifier``, frozen, in
+eval mode) and optimises and checkpoints D, recording f's path and sha256; ``certify RUN``
+reloads f (refusing a changed file) and certifies ``DenoisedClassifier(D, f)``.  ``--init RUN``
+starts D from another denoiser's weights ("Stab+MSE": the stability objective fine-tunes the
+MSE denoiser).
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from dataclasses import dataclass
+from typing import Any, ClassVar, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .base import METHODS, Batch, Method, StepContext
 
 
 def denoise_mse_loss(denoised: torch.Tensor, clean: torch.Tensor) -> torch.Tensor:
@@ -64,6 +69,54 @@ class DenoisedClassifier(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.denoiser(x))
+
+
+
+class _Denoise(Method):
+    """What both denoiser methods share: D is the model trained, f the frozen ``classifier``."""
+
+    #: the engine trains a denoiser in front of ``classifier`` (``--classifier``), not a classifier
+    denoiser: ClassVar[bool] = True
+    classifier: Optional[nn.Module] = None  # set by the engine (not a hyperparameter)
+
+    def frozen_classifier(self) -> nn.Module:
+        if self.classifier is None:
+            raise RuntimeError(f"{self.name}: the engine sets method.classifier before training")
+        return self.classifier
+
+
+@METHODS.register("denoise-mse")
+@dataclass
+class DenoiseMSE(_Denoise):
+    """D trained to reconstruct x from x + delta, delta ~ N(0, sigma^2 I): :func:`denoise_mse_loss`
+    (Salman et al. 2020, arXiv 2003.01908, Sec. 3.2, the MSE objective); f only scores the log."""
+
+    name = "denoise-mse"
+
+    def loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+        denoised = model(batch.x + self.noise_like(batch.x, ctx))
+        with torch.no_grad():
+            acc = (self.frozen_classifier()(denoised).argmax(1) == batch.y).float().mean()
+        return denoise_mse_loss(denoised, batch.x), {"acc_noisy": acc}
+
+
+@METHODS.register("denoise-stab")
+@dataclass
+class DenoiseStab(_Denoise):
+    """D trained so that f(D(x + delta)) predicts what f(x) predicts: :func:`denoise_stab_loss`
+    (Salman et al. 2020, arXiv 2003.01908, Sec. 3.2, the stability objective); with ``--init`` an
+    MSE denoiser's run, the paper's "Stab+MSE"."""
+
+    name = "denoise-stab"
+
+    def loss(self, model: nn.Module, batch: Batch, ctx: StepContext) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+        f = self.frozen_classifier()
+        with torch.no_grad():
+            clean = f(batch.x)
+        logits = f(model(batch.x + self.noise_like(batch.x, ctx)))
+        stats = {"acc_noisy": (logits.argmax(1) == batch.y).float().mean(),
+                 "agree": (logits.argmax(1) == clean.argmax(1)).float().mean()}
+        return denoise_stab_loss(logits, clean), stats
 
 
 #: What Salman et al. 2020 (arXiv 2003.01908) ran, read from the authors' code
