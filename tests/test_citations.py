@@ -19,7 +19,8 @@ INTERNAL = ("papers/0", "SPEC.md", "STYLE.md", "shared/")
 #: how the package names each work (docs/REFERENCES.md) -> the id that must come with it
 WORKS = {
     r"Cohen\b": "1902.02918",
-    r"Salman\b": "1906.04584",
+    r"Salman\b(?!,? Sun| et al\. 2020)": "1906.04584",
+    r"Salman(, Sun| et al\. 2020)": "2003.01908",
     r"Zhai\b": "2001.02378",
     r"\bLi et al": "1809.03113",
     r"Rony\b": "1811.09600",

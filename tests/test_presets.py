@@ -28,14 +28,16 @@ def test_preset_builds_method_and_config(name):
 
 
 def test_names_unique_and_well_formed():
-    assert len(NAMES) == len(ROWS) + len(CATRS_ROWS) == len(
+    denoisers = [n for n in NAMES if "/denoise-" in n]  # Salman et al. 2020: 2 methods x 2 datasets x 4 sigmas
+    assert len(denoisers) == 16
+    assert len(NAMES) - len(denoisers) == len(ROWS) + len(CATRS_ROWS) == len(
         {(d, m, s) for d, m, s, *_ in ROWS + CATRS_ROWS})
     for name in NAMES:
         p = get_preset(name)
         assert re.fullmatch(r"[a-z0-9-]+/[a-z0-9-]+/\d\.\d\d", name)
         assert name == f"{p.dataset}/{p.method}/{p.sigma:.2f}" == p.name
         assert p.dataset in DATASETS and p.method in METHODS
-        assert p.sigma in (0.25, 0.5, 1.0)
+        assert p.sigma in ((0.12, 0.25, 0.5, 1.0) if name in denoisers else (0.25, 0.5, 1.0))
         assert "sigma" not in p.hparams  # sigma lives in the name
         assert set(p.config) <= {f.name for f in dataclasses.fields(TrainConfig)}
         assert re.search(r"arXiv \d{4}\.\d{5}|OpenReview \w+", p.source)  # a citation users can follow
@@ -46,11 +48,21 @@ def test_coverage():
     baselines = {"gaussian", "stability", "smoothadv", "macer", "consistency", "smoothmix", "catrs"}
     v1 = {"mnist", "cifar10"}  # papers/001 covers MNIST and CIFAR-10 only
     for dataset in ("mnist", "fashion-mnist", "cifar10", "cifar100"):
-        have = {(p.method, p.sigma) for p in map(get_preset, NAMES) if p.dataset == dataset}
+        have = {(p.method, p.sigma) for p in map(get_preset, NAMES) if p.dataset == dataset
+                and not p.method.startswith("denoise-")}
         methods = baselines | ({"catrs-v1"} if dataset in v1 else set())
         assert have == {(m, s) for m in methods for s in (0.25, 0.5, 1.0)}, dataset
     assert {p.method for p in map(get_preset, NAMES) if p.dataset == "imagenet"} == \
-        {"gaussian", "consistency", "smoothadv", "smoothmix", "catrs"}
+        {"gaussian", "consistency", "smoothadv", "smoothmix", "catrs", "denoise-mse", "denoise-stab"}
+
+
+def test_denoiser_presets_are_the_authors_settings():
+    # microsoft/denoised-smoothing train_denoiser.py: Adam 1e-3, 90 epochs, step 30; Stab+MSE Adam 1e-5, 20
+    mse, stab = get_preset("cifar10/denoise-mse/0.25"), get_preset("cifar10/denoise-stab/0.50")
+    assert (mse.config["optimizer"], mse.config["lr"], mse.config["epochs"], mse.config["arch"]) == \
+        ("adam", 1e-3, 90, "dncnn")
+    assert (stab.config["lr"], stab.config["epochs"]) == (1e-5, 20) and "--init" in stab.note
+    assert "2003.01908" in mse.source
 
 
 def test_catrs_presets_follow_the_appendices():
@@ -120,7 +132,7 @@ def test_schedules():
         assert (c["arch"], c["lr"], c["epochs"], c["lr_step"], c["nesterov"]) == ("lenet", 0.01, 90, 30, False)
     for name in NAMES:
         c = get_preset(name).config
-        assert c["momentum"] == 0.9 and c["weight_decay"] == 1e-4
+        assert c.get("momentum", 0.9) == 0.9 and c["weight_decay"] == 1e-4  # (Adam: no momentum)
         assert c["batch_size"] == (64 if get_preset(name).method == "macer" else 256)
 
 

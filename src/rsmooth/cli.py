@@ -603,8 +603,8 @@ def cmd_list(args: argparse.Namespace) -> None:
         for name in names["presets"]:
             dataset, rest = name.split("/", 1)
             by_dataset.setdefault(dataset, []).append(rest)
-        print(f"presets ({len(names['presets'])}; 'rsmooth list presets' shows their sources, "
-              f"'rsmooth show-preset NAME' their settings):")
+        print(f"presets ({len(names['presets'])}; 'rsmooth list presets': sources, "
+              f"'rsmooth show-preset NAME': settings):")
         for dataset, rest in by_dataset.items():
             print(_wrapped(dataset, rest))
 
@@ -637,7 +637,7 @@ def cmd_show_preset(args: argparse.Namespace) -> None:
         for text, from_preset in hparams:
             print(f"  {text:<{width}}  *" if from_preset else f"  {text}")
     schedule = [_as_flag("--" + k.replace("_", "-"), getattr(config, k))
-                for k in ("arch", "epochs", "batch_size", "lr", "momentum", "weight_decay", "nesterov",
+                for k in ("arch", "epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "nesterov",
                           "lr_step", "milestones", "lr_gamma", "lr_timing") if getattr(config, k) is not None]
     print("schedule:\n" + "\n".join("  " + text for text in schedule))
     print(textwrap.fill(f"source   {preset.source}", width=100, subsequent_indent="         "))

@@ -298,3 +298,28 @@ for _row in ROWS:
     add_preset(build(_row))
 for _row in CATRS_ROWS:
     add_preset(build_catrs(_row))
+
+#: denoised smoothing (Salman et al. 2020, arXiv 2003.01908), read from the authors' code (see
+#: rsmooth.methods.denoise.PAPER_HYPERPARAMETERS): DnCNN trained with Adam in front of a frozen
+#: classifier given with --classifier; Stab+MSE fine-tunes the MSE denoiser (--init)
+_DENOISE_SOURCE = "Salman et al. 2020 (Denoised Smoothing, arXiv 2003.01908)"
+
+
+def _denoise_presets() -> None:
+    from .methods.denoise import PAPER_HYPERPARAMETERS, PAPER_SIGMAS
+
+    for method, per_data in PAPER_HYPERPARAMETERS.items():
+        for dataset, hp in per_data.items():
+            config = {k: v for k, v in hp.items() if k not in ("denoiser", "init")}
+            config.update(arch=hp["denoiser"])
+            what = "CIFAR-10 experiments" if dataset == "cifar10" else "ImageNet experiments"
+            note = ("needs --classifier CKPT_OR_RUN (the frozen classifier)"
+                    + ("; the paper's Stab+MSE starts from the MSE denoiser of the same sigma: "
+                       "--init RUN" if hp["init"] == "denoise-mse" else "")
+                    + "; settings read from the authors' code (microsoft/denoised-smoothing)")
+            for sigma in PAPER_SIGMAS:
+                add_preset(Preset(dataset=dataset, method=method, sigma=sigma, hparams={}, config=dict(config),
+                                  source=f"{_DENOISE_SOURCE} {what}", note=note))
+
+
+_denoise_presets()

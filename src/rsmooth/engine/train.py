@@ -149,12 +149,8 @@ class TrainConfig:
             check(all(m >= 1 for m in c.milestones) and list(c.milestones) == sorted(c.milestones),
                   f"--milestones must be increasing epochs >= 1, got {c.milestones}")
         check(c.optimizer in OPTIMIZERS, f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {c.optimizer!r}")
-        if denoiser:
-            check(c.classifier is not None, f"--method {c.method} trains a denoiser in front of a classifier: "
-                  f"pass --classifier CKPT_OR_RUN (e.g. a run of --method standard)")
-        else:
-            check(c.classifier is None and c.init is None,
-                  "--classifier and --init are for the denoiser methods (denoise-mse, denoise-stab)")
+        check(denoiser or (c.classifier is None and c.init is None),
+              "--classifier and --init are for the denoiser methods (denoise-mse, denoise-stab)")
         return c
 
     def to_dict(self) -> Dict[str, Any]:
@@ -426,6 +422,8 @@ def _build_model(c: TrainConfig, method: Method, device: torch.device
     if not is_denoiser(c.method):
         model = create_model(c.arch, c.dataset, **c.model_options()).to(device)
         return model, model, {}
+    check(c.classifier is not None, f"--method {c.method} trains a denoiser in front of a classifier: "
+          f"pass --classifier CKPT_OR_RUN (e.g. a run of --method standard)")
     from ..data import dataset_info
     from ..methods.denoise import DenoisedClassifier
     from ..models.dncnn import create_denoiser
