@@ -70,7 +70,7 @@ def test_shares_of_a_step_sum_to_the_one_process_gradient(name):
     if getattr(method, "denoiser", False):  # a small DnCNN in front of a frozen classifier
         from rsmooth.models.dncnn import DnCNN
 
-        method.classifier, model = model.eval().requires_grad_(False), DnCNN(1, depth=3, width=8)
+        method.classifier, model = model.eval().requires_grad_(False), DnCNN(1, depth=2, width=8)  # no batch norm
 
     def grad(lo, hi, rows):
         model.zero_grad()
