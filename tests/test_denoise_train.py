@@ -72,3 +72,21 @@ def test_denoiser_flags_are_checked(tmp_path, capsys):
     assert "pass --classifier CKPT_OR_RUN" in capsys.readouterr().err
     assert main(["train", "--classifier", "x", "--out", str(tmp_path / "b")]) == 2
     assert "--classifier and --init are for the denoiser methods" in capsys.readouterr().err
+
+
+def test_any_importable_module_is_a_denoiser(runs, tmp_path, monkeypatch, capsys):
+    (tmp_path / "mydenoisers.py").write_text(
+        "import torch.nn as nn\n"
+        "def tiny(in_channels, width=4):\n"
+        "    return nn.Sequential(nn.Conv2d(in_channels, width, 3, padding=1), nn.ReLU(),\n"
+        "                         nn.Conv2d(width, in_channels, 3, padding=1))\n"
+        "def shrinks(in_channels):\n"
+        "    return nn.Conv2d(in_channels, in_channels, 3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    common = ["train", "--dataset", "digits", "--method", "denoise-mse", "--classifier", str(runs / "clf"),
+              "--sigma", SIGMA, "--epochs", "1", "--optimizer", "adam", "--lr", "1e-3"]
+    assert main([*common, "--arch", "mydenoisers:tiny", "--arch-kwargs", '{"width": 6}', "--out", str(tmp_path / "d")]) == 0
+    loaded = load_model(tmp_path / "d")
+    assert loaded.arch == "mydenoisers:tiny+digits_cnn" and loaded.model.denoiser[0].out_channels == 6
+    assert main([*common, "--arch", "mydenoisers:shrinks", "--out", str(tmp_path / "e")]) == 2
+    assert "a denoiser returns an image of its input's shape" in capsys.readouterr().err

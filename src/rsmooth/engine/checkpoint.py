@@ -222,7 +222,8 @@ def _load_denoised(p: Path, ckpt: Dict[str, Any], dataset: Optional[str], trust_
         raise RsmoothError(f"checkpoint {p}: its classifier {f_path} changed since the denoiser was trained "
                            f"(sha256 differs); restore that classifier or train the denoiser again")
     f = load_model(f_path, dataset=dataset, trust_pickle=trust_pickle)
-    denoiser = create_denoiser(ckpt["arch"], int(ckpt["input_shape"][0]))
+    config = ckpt.get("config") if isinstance(ckpt.get("config"), Mapping) else {}
+    denoiser = create_denoiser(ckpt["arch"], int(ckpt["input_shape"][0]), kwargs=config.get("arch_kwargs"))
     denoiser.load_state_dict(ckpt["state_dict"])  # rsmooth's own, its digest checked on reading
     return LoadedModel(DenoisedClassifier(denoiser, f.model), f"{ckpt['arch']}+{f.arch}", f.dataset,
                        f.num_classes, ckpt.get("sigma"), p,

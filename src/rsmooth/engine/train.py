@@ -431,7 +431,8 @@ def _build_model(c: TrainConfig, method: Method, device: torch.device
 
     f = load_model(c.classifier, dataset=c.dataset)
     method.classifier = f.model.to(device).requires_grad_(False).eval()
-    model = create_denoiser(c.arch, dataset_info(c.dataset).input_shape[0]).to(device)
+    shape = dataset_info(c.dataset).input_shape
+    model = create_denoiser(c.arch, shape[0], tuple(shape[1:]), c.arch_kwargs).to(device)
     if c.init:
         init = read_checkpoint(c.init)
         check(isinstance(init.get("classifier"), dict) and init.get("arch") == c.arch,

@@ -6,12 +6,14 @@ num_classes), so denoisers have their own registry, apart from the classifiers o
 """
 from __future__ import annotations
 
-from typing import Callable
+import contextlib
+import inspect
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 from torch import nn
 
-from ..errors import check
+from ..errors import RsmoothError, check
 from ..registry import Registry
 
 
@@ -81,6 +83,30 @@ def dncnn_small(in_channels: int) -> nn.Module:
     return DnCNN(in_channels, depth=10, width=32)
 
 
-def create_denoiser(name: str, in_channels: int) -> nn.Module:
-    """A registered denoiser with fresh weights for ``in_channels``-channel images."""
-    return DENOISERS.get(name)(in_channels)
+def create_denoiser(name: str, in_channels: int, input_size: Optional[Tuple[int, int]] = None,
+                    kwargs: Optional[Dict[str, Any]] = None) -> nn.Module:
+    """A denoiser with fresh weights for ``in_channels``-channel images: a registered name, or
+    ``package.module:factory`` (any importable callable, called with ``kwargs`` and with
+    ``in_channels`` when its signature names it) checked to map [1, C, H, W] to that shape."""
+    if ":" not in name:
+        return DENOISERS.get(name)(in_channels)
+    from .factory import _import_factory
+
+    factory = _import_factory(name)
+    kw = dict(kwargs or {})
+    with contextlib.suppress(TypeError, ValueError):  # builtins and C callables have no signature
+        if "in_channels" in inspect.signature(factory).parameters:
+            kw.setdefault("in_channels", in_channels)
+    try:
+        model = factory(**kw)
+    except Exception as e:  # the user's factory may raise anything
+        raise RsmoothError(f"--arch {name}: the factory failed ({type(e).__name__}: {e})") from e
+    check(isinstance(model, nn.Module), f"--arch {name} returned a {type(model).__name__}, not an nn.Module")
+    if input_size is not None:
+        x = torch.zeros(1, in_channels, *input_size)
+        with torch.no_grad():
+            out = model.eval()(x)
+        model.train()
+        check(tuple(out.shape) == tuple(x.shape), f"--arch {name} maps {tuple(x.shape)} to {tuple(out.shape)}; "
+              f"a denoiser returns an image of its input's shape")
+    return model
