@@ -13,6 +13,17 @@ torch.set_num_threads(1)
 QUIET = dict(progress=False, log=lambda s: None)
 
 
+def trained_module(method, model, channels: int):
+    """What ``method.loss`` trains when called on ``model``: ``model`` itself, or for a denoiser
+    method a small DnCNN (no batch norm) in front of ``model``, which becomes its frozen classifier."""
+    if not getattr(method, "denoiser", False):
+        return model
+    from rsmooth.models.dncnn import DnCNN
+
+    method.classifier = model.eval().requires_grad_(False)
+    return DnCNN(channels, depth=2, width=8).to(next(model.parameters()).device)
+
+
 @pytest.fixture
 def check_resume(tmp_path):
     """``check_resume(config, reference=None)``: stop a run after epoch 1, resume it, and assert

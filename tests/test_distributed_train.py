@@ -5,7 +5,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -13,13 +12,14 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import trained_module
 from rsmooth.cli import main
 from rsmooth.engine.distributed import World, share
 from rsmooth.errors import RsmoothError
 from rsmooth.methods import METHODS, Batch, StepContext, create_method
 from rsmooth.models import create_model
 
-from test_distributed import ENV, one_line, torchrun
+from test_distributed import one_line, torchrun
 
 #: small settings of every method, so one step takes milliseconds
 SMALL = {"smoothadv": {"num_noise": 2, "num_steps": 2}, "smoothmix": {"num_noise": 2, "num_steps": 2},
@@ -67,10 +67,7 @@ def test_shares_of_a_step_sum_to_the_one_process_gradient(name):
     x, y = torch.rand(7, 1, 8, 8), torch.randint(0, 10, (7,))
     targets = torch.softmax(torch.randn(7, 10), 1)
     method = create_method(name, sigma=0.5, **SMALL.get(name, {}))
-    if getattr(method, "denoiser", False):  # a small DnCNN in front of a frozen classifier
-        from rsmooth.models.dncnn import DnCNN
-
-        method.classifier, model = model.eval().requires_grad_(False), DnCNN(1, depth=2, width=8)  # no batch norm
+    model = trained_module(method, model, 1)
 
     def grad(lo, hi, rows):
         model.zero_grad()

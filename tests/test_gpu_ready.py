@@ -23,6 +23,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from conftest import trained_module
 from rsmooth.engine import TrainConfig, run_certification, train
 from rsmooth.engine.targets import compute_targets
 from rsmooth.methods import METHODS, Batch, StepContext, create_method
@@ -125,10 +126,7 @@ def test_a_training_step_never_waits_for_the_device(name, extra, device):
     torch.manual_seed(0)
     model = create_model("cifar_resnet20", "cifar10").to(device).train()
     method = _method(name, extra)
-    if getattr(method, "denoiser", False):  # a small DnCNN in front of the frozen ResNet
-        from rsmooth.models.dncnn import DnCNN
-
-        method.classifier, model = model.eval().requires_grad_(False), DnCNN(3, depth=3, width=8).to(device)
+    model = trained_module(method, model, 3)
     x, y = torch.rand(4, 3, 32, 32, device=device), torch.tensor([0, 1, 2, 3], device=device)
     targets = torch.softmax(torch.randn(4, 10, device=device), 1)
     batch = Batch(x, y, torch.arange(4, device=device), {"targets": targets})

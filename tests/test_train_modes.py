@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from conftest import trained_module
 from rsmooth import RsmoothError
 from rsmooth.cli import main
 from rsmooth.data import get_dataset
@@ -102,6 +103,7 @@ def test_every_method_trains_under_bf16_autocast(name):
     model = create_model("digits_cnn", "digits")
     x, y = get_dataset("digits", "train").get_batch(torch.arange(16))
     method = create_method(name, sigma=0.25)
+    model = trained_module(method, model, 1)
     extras = {k: torch.full((16, 10), 0.1) for k in method.requires}
     with torch.autocast("cpu", dtype=torch.bfloat16):
         loss, stats = method.loss(model, Batch(x, y, torch.arange(16), extras),

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 import rsmooth
+from conftest import trained_module
 from rsmooth import progress
 from rsmooth import demo
 from rsmooth.demo import run_demo
@@ -60,9 +61,7 @@ def test_method_stats_are_detached(name):
     x, y = torch.rand(4, 1, 3, 4, generator=g), torch.tensor([0, 1, 2, 3])
     batch = Batch(x, y, torch.arange(4), {"targets": torch.full((4, 5), 0.2)})
     method = create_method(name, **({"num_steps": 2} if "num_steps" in create_method(name).hparams() else {}))
-    model = net
-    if getattr(method, "denoiser", False):  # a denoiser in front of the frozen classifier ``net``
-        method.classifier, model = net, nn.Conv2d(1, 1, 1)
+    model = trained_module(method, net, 1)
     loss, stats = method.loss(model, batch, StepContext(torch.Generator().manual_seed(1), num_epochs=2))
     assert loss.requires_grad and stats
     for key, value in stats.items():
