@@ -7,7 +7,7 @@ then one certification per model (every --skip-th test image, n0 = 100) and the 
 
 Usage::
 
-    python bench/denoised.py --out runs/denoised            # about 40 minutes on 2 cores
+    python bench/denoised.py --out runs/denoised            # about 45 minutes on 2 shared cores
 """
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ def main() -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--sigma", default="0.25")
     p.add_argument("--epochs", type=int, default=5, help="classifier epochs (default 5)")
-    p.add_argument("--mse-epochs", type=int, default=2)
+    p.add_argument("--mse-epochs", type=int, default=1)
     p.add_argument("--stab-epochs", type=int, default=1)
     p.add_argument("--n", type=int, default=1000)
-    p.add_argument("--skip", type=int, default=100, help="certify every skip-th test image (default 100: 100 images)")
+    p.add_argument("--skip", type=int, default=200, help="certify every skip-th test image (default 200: 50 images)")
     args = p.parse_args()
     out = Path(args.out)
     base = ["train", "--dataset", "fashion-mnist", "--resume"]
