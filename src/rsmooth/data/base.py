@@ -46,8 +46,9 @@ DEFAULT_DATASET = "digits"
 SPLITS = ("train", "test")
 #: Environment variable naming a data root, searched after the ``data_dir`` argument.
 ENV_DATA_DIR = "RSMOOTH_DATA"
-#: Fields of a fingerprint, in the order :func:`check_fingerprint` compares them.
-FINGERPRINT_FIELDS = ("name", "split", "length", "num_classes", "order")
+#: Fields of a fingerprint, in the order :func:`check_fingerprint` compares them
+#: (``corruption`` only where one side has it: a corrupted test set).
+FINGERPRINT_FIELDS = ("name", "split", "corruption", "length", "num_classes", "order")
 
 
 class DataIntegrityWarning(UserWarning):
@@ -82,7 +83,14 @@ def dataset_info(name: str) -> DatasetInfo:
 
 
 def get_dataset(
-    name: str, split: str, data_dir: Optional[PathLike] = None, download: bool = True
+    name: str,
+    split: str,
+    data_dir: Optional[PathLike] = None,
+    download: bool = True,
+    *,
+    corruption: Optional[str] = None,
+    severity: Optional[int] = None,
+    corruption_seed: int = 0,
 ) -> "Dataset":
     """Load split ``"train"`` or ``"test"`` of dataset ``name``.
 
@@ -90,10 +98,24 @@ def get_dataset(
     system folders, then the download cache; missing downloadable files are fetched
     (with checksum verification) into the first of ``data_dir``, ``$RSMOOTH_DATA`` and
     ``~/.cache/rsmooth/data`` when ``download`` is true.
+
+    ``corruption`` (and ``severity``) pick one corrupted copy: of a published corrupted
+    dataset (``cifar10-c``, ``cifar100-c``, ``mnist-c``, which need it), or of any other
+    dataset, generated on the fly from ``corruption_seed`` (:mod:`rsmooth.corruptions`).
+    Example ``i`` of a corrupted copy is the corrupted example ``i`` of the clean one.
     """
     cls = DATASETS.get(name)
     check(split in SPLITS, f"unknown split {split!r}; choose one of: {', '.join(SPLITS)}")
-    return cls.load(split, data_dir=data_dir, download=download)
+    if getattr(cls, "published_corruptions", None):
+        return cls.load(split, data_dir=data_dir, download=download, corruption=corruption, severity=severity)
+    if severity is not None and corruption is None:
+        raise RsmoothError(f"severity {severity} without a corruption: pass a corruption name as well")
+    data = cls.load(split, data_dir=data_dir, download=download)
+    if corruption is None:
+        return data
+    from .generated import GeneratedCorruption
+
+    return GeneratedCorruption(data, corruption, severity, seed=corruption_seed)
 
 
 # ----------------------------------------------------------------------------- roots
@@ -175,6 +197,9 @@ class Dataset(torch.utils.data.Dataset):
         self.std = info.std
         self.targets: torch.Tensor = torch.as_tensor(targets, dtype=torch.int64).reshape(-1).contiguous()
         self.source: str = source
+        #: ``None``, or what corrupted this copy: ``{"name", "severity", "source": "published" or
+        #: "generated", ...}`` (a generated one also records ``suite`` and ``seed``).
+        self.corruption: Optional[Dict[str, Any]] = None
 
     # -- to implement in subclasses ------------------------------------------------
     @classmethod
@@ -229,15 +254,18 @@ class Dataset(torch.utils.data.Dataset):
         """``dict(name, split, length, num_classes, order)`` identifying this data.
 
         ``order`` is the sha256 (hex) of the labels as int64 little-endian bytes in index
-        order, followed by a cheap digest of the images; files keyed by example index
+        order, followed by a cheap digest of the images; a corrupted copy adds ``corruption``
+        (:attr:`corruption`); files keyed by example index
         (certify TSVs, per-example targets) store it and :func:`check_fingerprint` it.
         """
         digest = hashlib.sha256()
         digest.update(self.targets.numpy().astype("<i8").tobytes())
         self._update_digest(digest)
+        out: Dict[str, Any] = {"name": self.name, "split": self.split}
+        if self.corruption is not None:
+            out["corruption"] = dict(self.corruption)
         return {
-            "name": self.name,
-            "split": self.split,
+            **out,
             "length": len(self),
             "num_classes": self.num_classes,
             "order": digest.hexdigest(),
@@ -348,7 +376,19 @@ class InMemoryDataset(Dataset):
 
 
 def _describe(fp: Mapping[str, Any]) -> str:
-    return f"{fp.get('name', '?')}/{fp.get('split', '?')} ({fp.get('length', '?')} examples)"
+    c = fp.get("corruption")
+    what = "" if not c else f" corrupted by {describe_corruption(c)}"
+    return f"{fp.get('name', '?')}/{fp.get('split', '?')}{what} ({fp.get('length', '?')} examples)"
+
+
+def describe_corruption(c: Mapping[str, Any]) -> str:
+    """``fog, severity 3`` (``generated`` and the seed when it was generated)."""
+    text = str(c.get("name"))
+    if c.get("severity") is not None:
+        text += f", severity {c['severity']}"
+    if c.get("source") == "generated":
+        text += f", generated ({c.get('suite')} definitions, seed {c.get('seed')})"
+    return text
 
 
 def check_fingerprint(expected: Mapping[str, Any], actual: Mapping[str, Any], what: str) -> None:
@@ -361,6 +401,9 @@ def check_fingerprint(expected: Mapping[str, Any], actual: Mapping[str, Any], wh
         exp, act = expected.get(field), actual.get(field)
         if exp == act:
             continue
+        if field == "corruption":
+            raise RsmoothError(f"{what} was made for {_describe(expected)} but the dataset is {_describe(actual)}; "
+                               f"pass the same --corruption/--severity or another output file")
         prefix = f"{what} was made for {_describe(expected)} but the dataset is {_describe(actual)}"
         if exp is None:
             raise RsmoothError(f"{what} has no dataset {field!r} recorded; cannot check it against {_describe(actual)}")

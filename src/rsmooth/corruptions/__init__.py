@@ -1,0 +1,141 @@
+"""Common corruptions generated on the fly, for datasets with no published corrupted copy.
+
+Two suites of definitions, each written from its authors' generation code (NumPy, SciPy and
+Pillow only):
+
+- ``mnist-c``: the 15 corruptions of MNIST-C (Mu & Gilmer 2019, MNIST-C: A Robustness
+  Benchmark for Computer Vision, arXiv 1906.02337), each at the severity the published dataset
+  uses unless another is asked for, plus ``identity``; tuned for 28x28 grey images.
+- ``cifar10-c``: the corruptions of CIFAR-10-C (Hendrycks & Dietterich 2019, Benchmarking
+  Neural Network Robustness to Common Corruptions and Perturbations, arXiv 1903.12261) that need
+  no external images (all but frost), severities 1-5; tuned for 32x32 colour images.
+
+A corruption is a pure function ``fn(x, severity, rng) -> y`` of one image ``x`` (float64
+[H, W, C] in [0, 1]) drawing its randomness from ``rng`` (a ``numpy.random.Generator``); it
+returns an array of the same shape (values are clipped to [0, 1] by :func:`corrupt`).
+:func:`corrupt` seeds one generator per example from ``(seed, suite, name, severity, index)``,
+so an image's corruption does not depend on the batch, the order or the process it is made in.
+
+Example::
+
+    from rsmooth.corruptions import corrupt, SUITES
+    y = corrupt(images_uint8, "fog", None, suite="mnist-c", seed=0, indices=range(len(images_uint8)))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..engine.seeding import derive_seed
+from ..errors import RsmoothError, check
+
+__all__ = ["Corruption", "Suite", "SUITES", "get_suite", "default_suite", "corrupt", "resolve_severity"]
+
+#: ``fn(x float64 [H, W, C] in [0, 1], severity or None, rng) -> float array [H, W, C]``
+CorruptionFn = Callable[[np.ndarray, Optional[int], np.random.Generator], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Corruption:
+    """One corruption of a suite.
+
+    ``severities``: the levels it has (``()`` for one without levels, such as ``stripe``);
+    ``default``: the level used when none is asked for (MNIST-C: the published one).
+    """
+
+    name: str
+    fn: CorruptionFn
+    severities: Tuple[int, ...] = (1, 2, 3, 4, 5)
+    default: Optional[int] = None
+
+
+@dataclass
+class Suite:
+    """A family of corruption definitions, in the authors' order (``corruptions``)."""
+
+    name: str
+    citation: str
+    corruptions: Dict[str, Corruption] = field(default_factory=dict)
+
+    def register(self, name: str, severities: Tuple[int, ...] = (1, 2, 3, 4, 5),
+                 default: Optional[int] = None) -> Callable[[CorruptionFn], CorruptionFn]:
+        """Decorator adding ``fn`` as corruption ``name``."""
+        def deco(fn: CorruptionFn) -> CorruptionFn:
+            if name in self.corruptions:
+                raise ValueError(f"corruption {name!r} is already in suite {self.name}")
+            self.corruptions[name] = Corruption(name, fn, tuple(severities), default)
+            return fn
+
+        return deco
+
+    def names(self) -> List[str]:
+        return list(self.corruptions)
+
+    def get(self, name: str) -> Corruption:
+        try:
+            return self.corruptions[name]
+        except KeyError:
+            raise RsmoothError(f"unknown corruption {name!r} in the {self.name} suite; choose one of: "
+                               f"{', '.join(self.corruptions)}") from None
+
+
+#: Suite name -> :class:`Suite`; filled by the modules imported at the end of this file.
+SUITES: Dict[str, Suite] = {
+    "mnist-c": Suite("mnist-c", "Mu & Gilmer 2019, MNIST-C: A Robustness Benchmark for Computer Vision, "
+                     "arXiv 1906.02337"),
+    "cifar10-c": Suite("cifar10-c", "Hendrycks & Dietterich 2019, Benchmarking Neural Network Robustness "
+                       "to Common Corruptions and Perturbations, arXiv 1903.12261"),
+}
+
+
+def get_suite(name: str) -> Suite:
+    """The :class:`Suite` called ``name``; an unknown name lists the suites."""
+    check(name in SUITES, f"unknown corruption suite {name!r}; choose one of: {', '.join(SUITES)}")
+    return SUITES[name]
+
+
+def default_suite(channels: int) -> str:
+    """``mnist-c`` for grey images, ``cifar10-c`` for colour ones."""
+    return "mnist-c" if channels == 1 else "cifar10-c"
+
+
+def resolve_severity(c: Corruption, severity: Optional[int], suite: str) -> Optional[int]:
+    """``severity``, or the corruption's default; an error names the levels it has."""
+    if severity is None:
+        return c.default if c.severities else None
+    if not c.severities:
+        raise RsmoothError(f"corruption {c.name} ({suite}) has no severity levels; drop --severity")
+    check(severity in c.severities, f"corruption {c.name} ({suite}) has severities "
+          f"{', '.join(map(str, c.severities))}, not {severity}")
+    return int(severity)
+
+
+def corrupt(images: np.ndarray, name: str, severity: Optional[int], *, suite: str, seed: int,
+            indices: Iterable[int]) -> np.ndarray:
+    """Corrupt ``images`` (uint8, or float in [0, 1]; [N, C, H, W]) into uint8 [N, C, H, W].
+
+    Image ``k`` is example ``indices[k]``: its generator is seeded from ``(seed, suite, name,
+    severity, indices[k])``.  ``severity`` ``None`` means the corruption's default.  The result is
+    quantised as the published datasets are (``uint8(255 * clip(y, 0, 1))``, truncating).
+    """
+    s = get_suite(suite)
+    c = s.get(name)
+    level = resolve_severity(c, severity, suite)
+    images = np.asarray(images)
+    check(images.ndim == 4, f"corrupt: images must be [N, C, H, W], got shape {images.shape}")
+    idx: Sequence[int] = list(indices)
+    check(len(idx) == len(images), f"corrupt: {len(images)} images but {len(idx)} indices")
+    x = images.astype(np.float64) / 255.0 if images.dtype == np.uint8 else images.astype(np.float64)
+    out = np.empty(images.shape, dtype=np.uint8)
+    for k, i in enumerate(idx):
+        rng = np.random.default_rng(derive_seed(seed, "corrupt", suite, name, level, int(i)))
+        hwc = x[k].transpose(1, 2, 0)
+        y = np.asarray(c.fn(hwc, level, rng), dtype=np.float64)
+        check(y.shape == hwc.shape, f"corruption {name} returned shape {y.shape} for an image of shape {hwc.shape}")
+        out[k] = (np.clip(y, 0.0, 1.0) * 255.0).astype(np.uint8).transpose(2, 0, 1)
+    return out
+
+
+from . import mnist_c, cifar_c  # noqa: E402,F401  (register the suites' corruptions)  isort: skip
