@@ -1,0 +1,195 @@
+"""CIFAR-10-C's corruptions generated on the fly (rsmooth.corruptions.cifar_c), against
+references computed independently (colorsys, Pillow, hand formulas)."""
+import colorsys
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from rsmooth.corruptions import BENCHMARK, HELD_OUT, corrupt, get_suite
+from rsmooth.corruptions import cifar_c
+
+SUITE = get_suite("cifar10-c")
+NAMES = SUITE.names()
+NOISES = ["gaussian_noise", "shot_noise", "impulse_noise", "speckle_noise"]
+
+
+def scene(h=32, w=32, channels=3):
+    """A real-looking image: smooth colour gradients, a bright disc, a dark square, a thin line."""
+    yy, xx = np.mgrid[0:h, 0:w] / max(h, w)
+    img = np.stack([0.2 + 0.5 * xx, 0.3 + 0.4 * yy, 0.6 - 0.3 * xx * yy], axis=-1)
+    img[(yy - 0.35) ** 2 + (xx - 0.6) ** 2 < 0.04] = [0.95, 0.85, 0.3]
+    img[int(0.6 * h):int(0.85 * h), int(0.1 * w):int(0.4 * w)] = [0.1, 0.15, 0.35]
+    img[int(0.2 * h), :] = [0.9, 0.9, 0.9]
+    if channels == 1:
+        img = img @ np.array([0.299, 0.587, 0.114])[:, None]
+    return img
+
+
+def as_batch(img):
+    """[H, W, C] float -> [1, C, H, W] uint8, as corrupt() is fed by the datasets."""
+    return np.round(img * 255).astype(np.uint8).transpose(2, 0, 1)[None]
+
+
+def test_order_and_coverage():
+    """The authors' order; every published corruption but frost (it needs the authors' photographs)."""
+    published = [n for n in BENCHMARK["cifar10-c"] + HELD_OUT["cifar10-c"] if n != "frost"]
+    done = [n for n in published if n in NAMES]
+    assert NAMES == done
+    assert all(SUITE.get(n).severities == (1, 2, 3, 4, 5) for n in NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_deterministic_shape_range_and_changes(name):
+    x = np.concatenate([as_batch(scene()), as_batch(scene()[::-1].copy())])
+    for severity in range(1, 6):
+        y = corrupt(x, name, severity, suite="cifar10-c", seed=3, indices=[5, 9])
+        assert y.dtype == np.uint8 and y.shape == x.shape
+        # the same (seed, index) gives the same image, whatever the batch
+        np.testing.assert_array_equal(y, corrupt(x, name, severity, suite="cifar10-c", seed=3, indices=[5, 9]))
+        np.testing.assert_array_equal(y[1:], corrupt(x[1:], name, severity, suite="cifar10-c", seed=3, indices=[9]))
+        assert np.abs(y.astype(int) - x).mean() > 0.3, (name, severity)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("shape", [(28, 28, 1), (8, 8, 3), (8, 8, 1), (20, 27, 3)])
+def test_other_sizes_and_grey(name, shape):
+    h, w, c = shape
+    x = as_batch(scene(h, w, c))
+    y = corrupt(x, name, 5, suite="cifar10-c", seed=0, indices=[0])
+    assert y.shape == x.shape and y.dtype == np.uint8
+
+
+def test_random_corruptions_depend_on_seed_and_index():
+    x = np.repeat(as_batch(scene()), 2, axis=0)
+    y = corrupt(x, "gaussian_noise", 3, suite="cifar10-c", seed=0, indices=[0, 1])
+    assert not np.array_equal(y[0], y[1])
+    assert not np.array_equal(y[0], corrupt(x[:1], "gaussian_noise", 3, suite="cifar10-c", seed=1, indices=[0])[0])
+
+
+@pytest.mark.parametrize("severity,c", enumerate([0.04, 0.06, 0.08, 0.09, 0.10], start=1))
+def test_gaussian_noise_std(severity, c):
+    x = np.full((64, 64, 3), 0.5)
+    y = cifar_c.gaussian_noise(x, severity, np.random.default_rng(0))
+    assert np.std(y - x) == pytest.approx(c, rel=0.05)
+    assert abs(np.mean(y - x)) < 3 * c / np.sqrt(x.size)
+
+
+def test_shot_noise_is_poisson():
+    x = np.full((64, 64, 3), 0.4)
+    y = cifar_c.shot_noise(x, 3, np.random.default_rng(0))  # c = 100
+    assert np.allclose(y * 100, np.round(y * 100))
+    assert np.mean(y) == pytest.approx(0.4, abs=0.01)
+    assert np.var(y) == pytest.approx(0.4 / 100, rel=0.1)
+
+
+def test_impulse_noise_fraction():
+    x = np.full((64, 64, 3), 0.5)
+    y = cifar_c.impulse_noise(x, 5, np.random.default_rng(0))  # amount 0.07
+    flipped = y != 0.5
+    assert set(np.unique(y[flipped])) <= {0.0, 1.0}
+    assert flipped.mean() == pytest.approx(0.07, rel=0.1)
+    assert (y[flipped] == 1.0).mean() == pytest.approx(0.5, abs=0.06)
+
+
+def test_noises_grow_with_severity():
+    x = scene()
+    for name in NOISES:
+        fn = SUITE.get(name).fn
+        dist = [np.mean([np.abs(fn(x, s, np.random.default_rng(k)) - x).mean() for k in range(3)]) for s in (1, 5)]
+        assert dist[1] >= dist[0], name
+
+
+@pytest.mark.parametrize("severity,c", enumerate([0.75, 0.5, 0.4, 0.3, 0.15], start=1))
+def test_contrast_by_hand(severity, c):
+    x = scene()
+    expected = np.empty_like(x)
+    for k in range(3):
+        m = x[..., k].sum() / x[..., k].size
+        expected[..., k] = (x[..., k] - m) * c + m
+    np.testing.assert_allclose(cifar_c.contrast(x, severity, None), np.clip(expected, 0, 1), atol=1e-12)
+
+
+def random_pixels(n=500, seed=0):
+    rng = np.random.default_rng(seed)
+    px = rng.random((n, 3))
+    px[:6] = [[1, 1, 0], [0, 1, 1], [1, 0, 1], [0.5, 0.5, 0.5], [0, 0, 0], [1, 1, 1]]  # ties and greys
+    px[6:40] = np.round(px[6:40] * 4) / 4  # more ties
+    return px
+
+
+def test_hsv_matches_colorsys_and_round_trips():
+    px = random_pixels()
+    hsv = cifar_c._rgb_to_hsv(px[None])[0]
+    ref = np.array([colorsys.rgb_to_hsv(*p) for p in px])
+    np.testing.assert_allclose(hsv, ref, atol=1e-12)
+    np.testing.assert_allclose(cifar_c._hsv_to_rgb(hsv[None])[0], px, atol=1e-12)
+    back = np.array([colorsys.hsv_to_rgb(*p) for p in hsv])
+    np.testing.assert_allclose(cifar_c._hsv_to_rgb(hsv[None])[0], back, atol=1e-12)
+
+
+@pytest.mark.parametrize("severity,c", enumerate([0.05, 0.1, 0.15, 0.2, 0.3], start=1))
+def test_brightness_adds_c_to_value(severity, c):
+    px = random_pixels(seed=severity)
+    y = cifar_c.brightness(px[None], severity, None)[0]
+    before = np.array([colorsys.rgb_to_hsv(*p) for p in px])
+    after = np.array([colorsys.rgb_to_hsv(*p) for p in y])
+    np.testing.assert_allclose(after[:, 2], np.minimum(before[:, 2] + c, 1.0), atol=1e-12)
+    coloured = before[:, 1] > 0
+    np.testing.assert_allclose(after[coloured, :2], before[coloured, :2], atol=1e-9)
+
+
+def test_saturate_scales_saturation():
+    px = random_pixels()
+    before = np.array([colorsys.rgb_to_hsv(*p) for p in px])
+    after = np.array([colorsys.rgb_to_hsv(*p) for p in cifar_c.saturate(px[None], 4, None)[0]])  # 2 s + 0.1
+    lit = before[:, 2] > 0  # black stays black, whatever its saturation
+    np.testing.assert_allclose(after[lit, 1], np.clip(2 * before[lit, 1] + 0.1, 0, 1), atol=1e-9)
+    np.testing.assert_allclose(after[:, 2], before[:, 2], atol=1e-12)
+    grey = scene(channels=1)
+    np.testing.assert_array_equal(cifar_c.saturate(grey, 5, None), grey)
+
+
+@pytest.mark.parametrize("severity,c", enumerate([0.95, 0.9, 0.85, 0.75, 0.65], start=1))
+def test_pixelate_is_pillow_box(severity, c):
+    x = scene()
+    u = np.round(x * 255).astype(np.uint8)
+    small = Image.fromarray(u).resize((int(32 * c), int(32 * c)), Image.BOX)
+    expected = np.asarray(small.resize((32, 32), Image.BOX)) / 255.0
+    np.testing.assert_array_equal(cifar_c.pixelate(x, severity, None), expected)
+    grey = u[..., :1]
+    ref = Image.fromarray(grey[..., 0]).resize((int(32 * c),) * 2, Image.BOX).resize((32, 32), Image.BOX)
+    np.testing.assert_array_equal(cifar_c.pixelate(grey / 255.0, severity, None)[..., 0], np.asarray(ref) / 255.0)
+
+
+def test_jpeg_is_pillow_and_lower_quality_errs_more():
+    x = scene()
+    buf = io.BytesIO()
+    Image.fromarray(np.round(x * 255).astype(np.uint8)).save(buf, "JPEG", quality=80)
+    np.testing.assert_array_equal(cifar_c.jpeg_compression(x, 1, None), np.asarray(Image.open(buf)) / 255.0)
+    errors = [np.abs(cifar_c.jpeg_compression(x, s, None) - x).mean() for s in range(1, 6)]
+    assert errors[0] < errors[2] < errors[4]
+
+
+@pytest.mark.parametrize("radius,alias_blur", [(0.3, 0.4), (0.4, 0.5), (0.5, 0.6), (1, 0.2), (1.5, 0.1)])
+def test_defocus_kernel(radius, alias_blur):
+    k = cifar_c.disk_kernel(radius, alias_blur)
+    assert k.shape == (17, 17) and cifar_c.disk_kernel(9, 0.5).shape == (19, 19)
+    assert k.sum() == pytest.approx(1.0, abs=1e-12)
+    np.testing.assert_allclose(k, k.T, atol=1e-15)
+    np.testing.assert_allclose(k, k[::-1, ::-1], atol=1e-15)
+
+
+def test_defocus_small_radius_is_the_gaussian():
+    """Radius < 1 keeps only the centre of the disk, so the kernel is OpenCV's 3x3 Gaussian."""
+    g = np.exp(-np.array([1.0, 0.0, 1.0]) / (2 * 0.4 ** 2))
+    g /= g.sum()
+    k = cifar_c.disk_kernel(0.3, 0.4)
+    np.testing.assert_allclose(k[7:10, 7:10], np.outer(g, g), atol=1e-15)
+    assert k.sum() - k[7:10, 7:10].sum() == 0
+    x = scene()
+    y = cifar_c.defocus_blur(x, 1, None)
+    padded = np.pad(x, ((1, 1), (1, 1), (0, 0)), mode="reflect")  # numpy 'reflect' = reflect-101
+    ref = sum(np.outer(g, g)[i, j] * padded[i:i + 32, j:j + 32] for i in range(3) for j in range(3))
+    np.testing.assert_allclose(y, ref, atol=1e-12)
