@@ -193,3 +193,26 @@ def test_defocus_small_radius_is_the_gaussian():
     padded = np.pad(x, ((1, 1), (1, 1), (0, 0)), mode="reflect")  # numpy 'reflect' = reflect-101
     ref = sum(np.outer(g, g)[i, j] * padded[i:i + 32, j:j + 32] for i in range(3) for j in range(3))
     np.testing.assert_allclose(y, ref, atol=1e-12)
+
+
+class FixedUniform:
+    """A stand-in generator: its first ``uniform`` call returns ``first``, later ones zeros."""
+
+    def __init__(self, first):
+        self.first = first
+
+    def uniform(self, low, high, size):
+        out, self.first = (self.first, None) if self.first is not None else (np.zeros(size), None)
+        return out
+
+
+def test_elastic_affine_part():
+    """cv2.getAffineTransform + warpAffine semantics: the three points (col, row) = (26, 26),
+    (26, 6), (6, 6) moved by a translation shift the image; moved onto their transposes, transpose it."""
+    x = scene()
+    src = np.array([[26, 26], [26, 6], [6, 6]], dtype=float)
+    y = cifar_c.elastic_transform(x, 1, FixedUniform(np.tile([[2.0, 1.0]], (3, 1))))  # +2 cols, +1 row
+    expected = np.pad(x, ((1, 0), (2, 0), (0, 0)), mode="reflect")[:32, :32]  # reflect-101 border
+    np.testing.assert_allclose(y, expected, atol=1e-12)
+    y = cifar_c.elastic_transform(x, 1, FixedUniform(src[:, ::-1] - src))
+    np.testing.assert_allclose(y, x.transpose(1, 0, 2), atol=1e-12)

@@ -15,6 +15,9 @@ Exact up to floating-point rounding (the authors work in float32 and on uint8 PI
 image given as ``uint8 / 255`` round-trips exactly): the noises, ``contrast``, ``brightness`` and
 ``saturate`` (scikit-image's HSV conversion), ``pixelate`` and ``jpeg_compression`` (Pillow, as
 the authors), ``defocus_blur`` (OpenCV's kernel and border rule).
+
+Approximated: ``elastic_transform`` interpolates the affine warp exactly where OpenCV's
+``warpAffine`` rounds sample positions to 1/32 pixel.
 """
 from __future__ import annotations
 
@@ -148,6 +151,32 @@ def contrast(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarr
     c = [0.75, 0.5, 0.4, 0.3, 0.15][severity - 1]
     means = x.mean(axis=(0, 1), keepdims=True)
     return np.clip((x - means) * c + means, 0.0, 1.0)
+
+
+@suite.register("elastic_transform")
+def elastic_transform(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
+    """A random affine warp, then a smooth random displacement field; with s the image side,
+    (alpha, sigma, affine shift) = s [(0, 0, 0.08), (0.05, 0.2, 0.07), (0.08, 0.06, 0.06),
+    (0.1, 0.04, 0.05), (0.1, 0.03, 0.03)]."""
+    h, w = x.shape[:2]
+    size = min(h, w)
+    alpha, sigma, shift = size * np.array([(0, 0, 0.08), (0.05, 0.2, 0.07), (0.08, 0.06, 0.06),
+                                           (0.1, 0.04, 0.05), (0.1, 0.03, 0.03)][severity - 1])
+    # cv2.getAffineTransform of three (col, row) points moved by U(-shift, shift), then
+    # cv2.warpAffine (bilinear, border reflect-101): output (col, row) samples inverse @ (col, row, 1)
+    centre, half = np.array([w // 2, h // 2], dtype=np.float64), size // 3
+    src = np.array([centre + half, [centre[0] + half, centre[1] - half], centre - half])
+    dst = src + rng.uniform(-shift, shift, size=src.shape)
+    inverse = np.linalg.solve(np.hstack([dst, np.ones((3, 1))]), src).T
+    matrix, offset = inverse[::-1, 1::-1], inverse[::-1, 2]
+    warped = [ndimage.affine_transform(x[..., k], matrix, offset, order=1, mode="mirror") for k in range(x.shape[2])]
+    # displacement: skimage.filters.gaussian(U(-1, 1), sigma, mode='reflect', truncate=3) * alpha
+    dx, dy = (ndimage.gaussian_filter(rng.uniform(-1.0, 1.0, size=(h, w)), sigma, mode="reflect", truncate=3.0) * alpha
+              for _ in range(2))
+    rows, cols = np.mgrid[0:h, 0:w].astype(np.float64)
+    coords = np.stack([rows + dy, cols + dx])
+    out = [ndimage.map_coordinates(p, coords, order=1, mode="reflect") for p in warped]
+    return np.clip(np.stack(out, axis=-1), 0.0, 1.0)
 
 
 @suite.register("pixelate")
