@@ -200,6 +200,28 @@ def _add_certify_options(p: argparse.ArgumentParser, mode: str) -> None:
     p.add_argument("--channels-last", action="store_true", help="channels-last memory format (faster convolutions on CPU)")
 
 
+def _add_corruption_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "corruptions", "certify a corrupted test set: the published CIFAR-10-C, CIFAR-100-C (Hendrycks & "
+        "Dietterich 2019, arXiv 1903.12261) or MNIST-C (Mu & Gilmer 2019, arXiv 1906.02337) with --dataset "
+        "cifar10-c|cifar100-c|mnist-c, or corruptions generated on the fly for any other dataset. More than "
+        "one (corruption, severity) makes --out a folder of TSVs, FOLDER/<corruption>-s<severity>.tsv, for "
+        "'rsmooth analyze --corruptions FOLDER' (the mACR tables of Jeong, Kim, Shin 2023, CAT-RS, arXiv "
+        "2212.09000, App. H-I)")
+    g.add_argument("--corruption", metavar="NAME[,NAME...]|all|held-out",
+                   help="corruption file name(s) as published (fog, shot_noise, ...), 'all' (the benchmark's 15) "
+                   "or 'held-out' (CIFAR-10-C's 4 validation corruptions); 'rsmooth list corruptions' lists them")
+    g.add_argument("--severity", metavar="S[,S...]|all",
+                   help="level 1-5 (CIFAR-C); default 'all': 1-5 for CIFAR-C, the published level for "
+                   "MNIST-C, which has one per corruption")
+    g.add_argument("--corruption-seed", type=_integer, default=0,
+                   help="seed of generated corruptions: image i is corrupted from (seed, corruption, severity, i) "
+                   "(default: 0)")
+    g.add_argument("--corruption-suite", choices=["mnist-c", "cifar10-c"],
+                   help="whose definitions generate the corruptions (default: mnist-c for grey images, "
+                   "cifar10-c for colour ones)")
+
+
 def _add_method_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("method hyperparameters (defaults are per method; a preset may set them)")
     for flag, uses in sorted(_method_fields().items()):
@@ -343,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "its suffix (certify.tsv -> certify.shard-0-of-4.tsv); rerun to continue it, then "
                        "'rsmooth merge OUT' joins the K shards into the file one job writes. Under torchrun "
                        "each rank takes shard RANK/WORLD_SIZE and rank 0 merges by itself")
+        _add_corruption_flags(c)
         _add_arch_flags(c, train=False)
         _add_common_data(c)
         _add_foreign_flags(c)
@@ -445,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_foreign_flags(d)
     d.set_defaults(func=cmd_demo)
 
-    ls = sub.add_parser("list", help="list datasets, architectures, methods and presets",
+    ls = sub.add_parser("list", help="list datasets, architectures, methods, presets and corruptions",
                         description="Without KIND: every kind, wrapped. With KIND: one per line "
                         "(presets with the paper table they reproduce).")
     ls.add_argument("kind", nargs="?", choices=_LIST_KINDS, help="what to list")
@@ -495,16 +518,35 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_certify(args: argparse.Namespace) -> None:
-    from .engine import run_certification
+    from .data import DATASETS
+    from .engine import certify_corruptions, corruption_plan, load_model, run_certification
     from .engine.distributed import world
 
-    out = run_certification(
-        args.checkpoint, args.out, mode=args.mode, dataset=args.dataset, split=args.split,
-        sigma=args.sigma, n0=getattr(args, "n0", 100), n=args.n, alpha=args.alpha,
-        batch_size=args.batch_size, start=args.start, skip=args.skip, max=args.max, shard=args.shard,
-        seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
-        data_dir=args.data_dir, device=args.device, overwrite=args.overwrite, trust_pickle=args.trust_pickle,
-        model_options=_model_options(args))
+    kwargs = dict(mode=args.mode, dataset=args.dataset, split=args.split,
+                  sigma=args.sigma, n0=getattr(args, "n0", 100), n=args.n, alpha=args.alpha,
+                  batch_size=args.batch_size, start=args.start, skip=args.skip, max=args.max, shard=args.shard,
+                  seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
+                  data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
+                  trust_pickle=args.trust_pickle, model_options=_model_options(args))
+    dataset = args.dataset
+    if args.corruption is None and args.severity is None and (
+            dataset is None or not getattr(DATASETS.get(dataset), "published_corruptions", None)):
+        if args.corruption_suite is not None:
+            raise RsmoothError("--corruption-suite without --corruption: name the corruption(s) as well")
+        out = run_certification(args.checkpoint, args.out, **kwargs)
+    else:
+        if dataset is None:
+            dataset = load_model(args.checkpoint, trust_pickle=args.trust_pickle, **_model_options(args)).dataset
+            kwargs["dataset"] = dataset
+        plan = corruption_plan(dataset, args.corruption or "all", args.severity, args.corruption_suite,
+                               log=lambda _: None)
+        common = dict(corruption_seed=args.corruption_seed, corruption_suite=args.corruption_suite, **kwargs)
+        if len(plan) == 1 and args.out.endswith(".tsv"):
+            out = run_certification(args.checkpoint, args.out, corruption=plan[0].corruption,
+                                    severity=plan[0].severity, **common)
+        else:
+            out = certify_corruptions(args.checkpoint, args.out, corruptions=args.corruption or "all",
+                                      severities=args.severity, **common)
     if world().main:
         print(f"results: {out}")
 
@@ -519,6 +561,14 @@ def cmd_merge(args: argparse.Namespace) -> None:
     if args.out is None:
         if len(args.files) != 1:
             raise RsmoothError("merge takes OUT (the --out of the shards), or --out OUT and the shard files")
+        if Path(args.files[0]).is_dir():  # a folder of 'certify --corruption all --shard I/K'
+            from .engine.shards import shard_groups
+
+            groups = shard_groups(args.files[0])
+            for out in groups:
+                merge_certify(out, None, overwrite=args.overwrite, keep=args.keep_shards)
+            print(f"results: {args.files[0]} ({len(groups)} files merged)")
+            return
         out, shards = args.files[0], []
     else:
         if not args.files:
@@ -574,7 +624,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     print(run_demo(args.out, n=args.n, epochs=args.epochs, overwrite=args.overwrite))
 
 
-_LIST_KINDS = ("datasets", "architectures", "methods", "presets")
+_LIST_KINDS = ("datasets", "architectures", "methods", "presets", "corruptions")
 
 
 def _wrapped(title: str, names: List[str], indent: str = "  ") -> str:
@@ -594,6 +644,8 @@ def cmd_list(args: argparse.Namespace) -> None:
         width = max(map(len, names["presets"]))
         for name in names["presets"]:
             print(f"{name:<{width}}  {get_preset(name).source}")
+    elif args.kind == "corruptions":
+        print(_corruption_listing())
     elif args.kind:
         print("\n".join(names[args.kind]))
     else:
@@ -607,6 +659,28 @@ def cmd_list(args: argparse.Namespace) -> None:
               f"'rsmooth show-preset NAME': settings):")
         for dataset, rest in by_dataset.items():
             print(_wrapped(dataset, rest))
+
+
+def _corruption_listing() -> str:
+    """Each suite's corruptions (levels, benchmark membership) and the published corrupted datasets."""
+    from .corruptions import BENCHMARK, HELD_OUT, SUITES
+    from .data import DATASETS
+
+    lines = []
+    for suite in SUITES.values():
+        lines.append(f"generated, {suite.name} definitions ({suite.citation}):")
+        for c in suite.corruptions.values():
+            where = ("benchmark" if c.name in BENCHMARK[suite.name]
+                     else "held out" if c.name in HELD_OUT[suite.name] else "extra")
+            levels = (f"severities {c.severities[0]}-{c.severities[-1]}" if c.severities else "no levels")
+            default = f", default {c.default}" if c.default is not None else ""
+            lines.append(f"  {c.name:<18} {where:<9} {levels}{default}")
+    for name in DATASETS.names():
+        cls = DATASETS.get(name)
+        if getattr(cls, "published_corruptions", None):
+            levels = f"severities {cls.severities[0]}-{cls.severities[-1]}" if cls.severities else "one level each"
+            lines.append(f"published {name} ({levels}): {', '.join(cls.published_corruptions)}")
+    return "\n".join(lines)
 
 
 def _as_flag(flag: str, value: Any) -> str:
