@@ -24,6 +24,7 @@ import torch
 
 from test_data_download import _isolated_roots, _QuietHandler, no_temp_files, server  # noqa: F401  (fixtures)
 
+from rsmooth.corruptions import BENCHMARK, HELD_OUT
 from rsmooth.data import DATASETS, DataIntegrityWarning, dataset_info, get_dataset
 from rsmooth.data import corrupted as corrupted_mod
 from rsmooth.errors import RsmoothError
@@ -75,13 +76,19 @@ def corrupted_copy(clean: np.ndarray, k: int, s: int) -> np.ndarray:
     return x
 
 
-def check_codes(ds, k: int, s: int, rel: "Release") -> None:
+def check_codes(ds, k: int, s: int, rel: Release) -> None:
     """``ds`` is corruption ``k`` at severity ``s`` of ``rel``'s clean set, example by example."""
     n = len(rel.clean_labels)
     np.testing.assert_array_equal(ds.images[:, 0, 0, :3].numpy(), np.stack(
         [np.full(n, k), np.full(n, s), np.arange(n)], axis=1))
     np.testing.assert_array_equal(ds.images.permute(0, 2, 3, 1)[:, 1:].numpy(), rel.clean_images[:, 1:])
     np.testing.assert_array_equal(ds.targets.numpy(), rel.clean_labels)
+
+
+def _dir(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE
+    return info
 
 
 def cifar_release(name: str, seed: int = 0, per: int = PER) -> Release:
@@ -100,12 +107,6 @@ def cifar_release(name: str, seed: int = 0, per: int = PER) -> Release:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return Release(name, files, buf.getvalue(), clean, labels)
-
-
-def _dir(name: str) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.type = tarfile.DIRTYPE
-    return info
 
 
 def mnist_release(seed: int = 0, per: int = PER) -> Release:
@@ -158,8 +159,6 @@ def test_registered_with_the_clean_datasets_info():
         cls = DATASETS.get(name)
         assert cls.clean == clean
         assert dataset_info(name) == dataclasses.replace(dataset_info(clean), name=name)
-    from rsmooth.corruptions import BENCHMARK, HELD_OUT
-
     for name in ("cifar10-c", "cifar100-c"):
         cls = DATASETS.get(name)
         assert cls.published_corruptions == BENCHMARK["cifar10-c"] + HELD_OUT["cifar10-c"]
@@ -182,7 +181,7 @@ def test_cifar_c_download_then_read_in_place(server, tmp_path, monkeypatch, caps
     assert [p.name for p in folder.iterdir()] == ["CIFAR-10-C.tar"]  # nothing extracted
     assert (folder / "CIFAR-10-C.tar").read_bytes() == rel.archive
     err = capsys.readouterr().err
-    assert f"fetching CIFAR-10-C.tar (all corruptions, " in err and str(folder) in err
+    assert "fetching CIFAR-10-C.tar (all corruptions, " in err and str(folder) in err
     assert ds.source == f"{folder / 'CIFAR-10-C.tar'}:CIFAR-10-C/fog.npy rows {PER}-{2 * PER - 1}"
     assert ds.corruption == {"name": "fog", "severity": 2, "source": "published"}
     np.testing.assert_array_equal(ds.targets.numpy(), rel.clean_labels)
@@ -273,7 +272,8 @@ def test_cifar_c_labels_come_from_the_same_rows(tmp_path, monkeypatch, strict):
     publish(monkeypatch, rel)
     rel.extract(tmp_path)
     for s in (1, 4):
-        np.testing.assert_array_equal(load("cifar10-c", tmp_path, "snow", s, download=False).targets.numpy(), blocks[s - 1])
+        ds = load("cifar10-c", tmp_path, "snow", s, download=False)
+        np.testing.assert_array_equal(ds.targets.numpy(), blocks[s - 1])
 
 
 def test_mnist_c_splits_and_row_order(tmp_path, monkeypatch, strict):

@@ -32,6 +32,7 @@ import sys
 import tarfile
 import warnings
 import zipfile
+import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, ClassVar, Dict, List, Optional, Tuple
@@ -171,7 +172,8 @@ def _header(npy: _Npy) -> Tuple[Tuple[int, ...], np.dtype, int]:
         raise RsmoothError(f"{npy.where} is not a .npy file ({e})") from None
     check(read is not None, f"{npy.where} is a .npy file of version {version}, not 1.0 or 2.0 as published")
     check(not fortran and not dtype.hasobject,
-          f"{npy.where} holds {'Fortran-ordered' if fortran else 'object'} data; the published files are plain C-ordered arrays")
+          f"{npy.where} holds {'Fortran-ordered' if fortran else 'object'} data; "
+          f"the published files are plain C-ordered arrays")
     expected = start + int(np.prod(shape)) * dtype.itemsize
     check(expected == npy.size, f"{npy.where} is corrupt or truncated: {npy.size} bytes, its header "
           f"announces {expected}")
@@ -186,11 +188,8 @@ def _rows(npy: _Npy, shape: Tuple[int, ...], dtype: np.dtype, start: int, lo: in
         return flat.reshape((hi - lo,) + tuple(shape[1:])).copy()
     if hi == lo:
         return np.empty((0,) + tuple(shape[1:]), dtype=dtype)
-    mapped = np.memmap(npy.path, dtype=dtype, mode="r", offset=npy.offset + start + lo * row,
-                       shape=(hi - lo,) + tuple(shape[1:]))
-    out = np.array(mapped)
-    del mapped
-    return out
+    return np.array(np.memmap(npy.path, dtype=dtype, mode="r", offset=npy.offset + start + lo * row,
+                              shape=(hi - lo,) + tuple(shape[1:])))
 
 
 _MD5_MEMO: Dict[Tuple[str, int, int, int], str] = {}
@@ -242,7 +241,8 @@ def _in_tar(archive: Path, names: List[str]) -> List[_Npy]:
                     if len(found) == len(names):
                         break
     except (tarfile.TarError, OSError, EOFError) as e:
-        raise RsmoothError(f"{archive} is not a readable uncompressed tar archive (corrupt or truncated: {e})") from None
+        raise RsmoothError(f"{archive} is not a readable uncompressed tar archive "
+                           f"(corrupt or truncated: {e})") from None
     missing = [n for n in names if n not in found]
     check(not missing, f"{archive} lacks {', '.join(missing)}; is it the official archive of its name?")
     return [_Npy(f"{archive}:{n}", path=archive, offset=found[n].offset_data, size=found[n].size) for n in names]
@@ -258,7 +258,7 @@ def _in_zip(archive: Path, names: List[str]) -> List[_Npy]:
                 except KeyError:
                     raise RsmoothError(f"{archive} lacks {n}; is it the official archive of its name?") from None
                 out.append(_Npy(f"{archive}:{n}", raw=raw, size=len(raw)))
-    except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError) as e:
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError) as e:
         raise RsmoothError(f"{archive} is not a readable zip archive (corrupt or truncated: {e})") from None
     return out
 
@@ -363,6 +363,7 @@ class _Corrupted(InMemoryDataset):
         """Corruption ``corruption`` (at ``severity``, CIFAR) of split ``split``."""
         cls._check_choice(split, corruption, severity)
         assert corruption is not None
+        severity = None if severity is None else int(severity)
         name, layout = cls.info.name, cls._layout()
         images, labels, source = cls._locate(split, corruption, data_dir, download)
         _check_md5(images, layout.md5.get(corruption), f"{name} file {corruption}.npy", stacklevel=3)
@@ -381,7 +382,8 @@ class _Corrupted(InMemoryDataset):
         per = n // blocks
         lo = (severity - 1) * per if severity is not None else 0
         if per != layout.counts[split]:
-            warnings.warn(f"{source}: {name}/{split} has {per} images per severity, the official set has "
+            warnings.warn(f"{source}: {name}/{split} has {per} images{' per severity' if blocks > 1 else ''}, "
+                          f"the official set has "
                           f"{layout.counts[split]}", DataIntegrityWarning, stacklevel=3)
         x = _rows(images, x_shape, x_dtype, x_start, lo, lo + per)
         y = _rows(labels, y_shape, y_dtype, y_start, lo, lo + per).astype(np.int64)
@@ -393,6 +395,8 @@ class _Corrupted(InMemoryDataset):
 
 
 class _CifarC(_Corrupted):
+    """CIFAR-10-C and CIFAR-100-C: ``<corruption>.npy`` holds the five severities one after another."""
+
     severities = (1, 2, 3, 4, 5)
     published_corruptions = BENCHMARK["cifar10-c"] + HELD_OUT["cifar10-c"]
 
