@@ -120,3 +120,20 @@ def test_clean_results_have_no_corruption(ckpt, tmp_path):
     out = run_certification(str(ckpt), str(tmp_path / "c.tsv"), n0=10, n=50, max=1, **QUIET)
     assert json.loads((tmp_path / "c.tsv.json").read_text())["corruption"] is None
     assert read_certify_tsv(out).idx.tolist() == [0]
+
+
+def test_models_know_the_corrupted_datasets():
+    """A public checkpoint certified on cifar10-c / mnist-c is built as its clean dataset's model."""
+    from rsmooth.data import DATASETS, dataset_info
+    from rsmooth.models import create_model, default_arch
+    from rsmooth.models.factory import dataset_stats
+
+    for name in DATASETS.names():
+        cls = DATASETS.get(name)
+        info, stats = dataset_info(name), dataset_stats(name)
+        assert (stats.num_classes, stats.input_shape, stats.mean, stats.std) == (
+            info.num_classes, info.input_shape, info.mean, info.std)
+        if getattr(cls, "published_corruptions", None):
+            assert default_arch(name) == default_arch(cls.clean)
+    model = create_model("lenet", "mnist-c")
+    assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
