@@ -417,3 +417,33 @@ def test_not_found_names_every_place_and_the_manual_download(tmp_path, monkeypat
     assert ", ".join(map(str, places)) in msg
     assert msg.endswith("allow downloading or download https://zenodo.org/records/3239543/files/mnist_c.zip?download=1 "
                         f"(MD5 4b34b33045869ee6d424616cd3a65da3) to {tmp_path / 'arg' / 'mnist-c' / 'mnist_c.zip'}")
+
+
+# ----------------------------------------------------------------------------- certify
+
+
+def test_certify_a_public_checkpoint_on_published_corruptions(tmp_path, monkeypatch, capsys, strict):
+    """'rsmooth certify --dataset mnist-c --corruption fog,zigzag' writes one TSV per corruption."""
+    from rsmooth.cli import main
+    from rsmooth.metrics import read_certify_tsv, read_sidecar
+    from rsmooth.models import create_model
+
+    rel = release("mnist-c")
+    publish(monkeypatch, rel)
+    rel.write_archive(tmp_path / "data" / "mnist-c")
+    torch.manual_seed(0)
+    ckpt = tmp_path / "lenet.pth"
+    torch.save({"arch": "lenet", "state_dict": create_model("lenet", "mnist").state_dict()}, ckpt)
+    folder = tmp_path / "out"
+    assert main(["certify", "--checkpoint", str(ckpt), "--dataset", "mnist-c", "--sigma", "0.25",
+                 "--corruption", "fog,zigzag", "--n0", "10", "--n", "50", "--data-dir", str(tmp_path / "data"),
+                 "--out", str(folder)]) == 0
+    for name in ("fog", "zigzag"):
+        meta = read_sidecar(folder / f"{name}.tsv")
+        assert meta["dataset"] == "mnist-c"
+        assert meta["corruption"] == {"name": name, "severity": None, "source": "published"}
+        res = read_certify_tsv(folder / f"{name}.tsv")
+        assert res.idx.tolist() == list(range(PER)) and res.label.tolist() == rel.clean_labels.tolist()
+    with pytest.raises(RsmoothError, match="unknown corruption 'rotate90' for mnist-c"):
+        main(["certify", "--checkpoint", str(ckpt), "--dataset", "mnist-c", "--sigma", "0.25", "--debug",
+              "--corruption", "rotate90", "--out", str(folder)])
