@@ -442,3 +442,17 @@ def test_every_paper_number_matches_the_paper_text():
                 assert ours[key] == float(cell), key
                 seen += 1
     assert seen == len(rc.paper_numbers())
+
+
+def test_generated_without_suite_follows_the_file_names(tmp_path):
+    """A sidecar that records a default severity but no suite: files named <corruption>.tsv give
+    the layout without severities."""
+    d = tmp_path / "fm"
+    d.mkdir()
+    for c in ("fog", "stripe"):
+        _write(d / f"{c}.tsv", [(0.5, 1), (0.0, 0)],
+               {"dataset": "fashion-mnist", "sigma": 0.25, "method": "gaussian",
+                "corruption": {"name": c, "severity": 3, "source": "generated"}})
+    out = _json([d])
+    assert out["layout"] == "corruptions" and out["suite"] == "mnist-c"
+    assert _values(out["tables"][0])["fog"] == [0.25] and _values(out["tables"][0])["mACR"] == [None]

@@ -128,6 +128,7 @@ class _File:
     severity: Optional[int]
     suite: Optional[str]
     meta: dict
+    corruption: dict  # the sidecar's "corruption" record ({} if none)
     cell: Cell
 
 
@@ -151,7 +152,7 @@ def _read_file(path: Path) -> _File:
     check(res.n > 0, f"{path}: no certified examples (header only)")
     acc = float(certified_accuracy(res.radius, res.correct, [0.0])[0])
     cell = Cell(str(path), res.n, acr(res.radius, res.correct), _percent(acc, res.n))
-    return _File(path, name, severity, suite, meta, cell)
+    return _File(path, name, severity, suite, meta, corr, cell)
 
 
 def _one(values: Sequence, what: str, folder: Path):
@@ -169,12 +170,10 @@ def _read_folder(folder: Path) -> ModelResults:
     files = [_read_file(p) for p in paths]
     metas = [f.meta for f in files]
     suite = _one([f.suite for f in files], "the corruption suite", folder)
-    if suite is None:  # no sidecar says: CIFAR-10-C style when the files have severities
-        suite = "cifar10-c" if any(f.severity is not None for f in files) else "mnist-c"
+    if suite is None:  # no sidecar says: CIFAR-10-C style when the file names have severities
+        suite = "cifar10-c" if any(_NAMED.match(f.path.stem) for f in files) else "mnist-c"
     dataset = _one([m.get("dataset") for m in metas], "the dataset", folder)
-    sources = [(m.get("corruption") or {}).get("source") if isinstance(m.get("corruption"), dict)
-               else None for m in metas]
-    source = _one(sources, "the corruption source", folder)
+    source = _one([f.corruption.get("source") for f in files], "the corruption source", folder)
     if source is None and dataset in _DATASET_SUITE:
         source = "published"
     model = ModelResults(
@@ -188,10 +187,10 @@ def _read_folder(folder: Path) -> ModelResults:
               f"{f.path}: {'no severity' if f.severity is None else f'severity {f.severity}'} for a "
               f"CIFAR-10-C-style result; name it <corruption>-s<S>.tsv with S in 1-5")
         key = (f.name, f.severity if with_severity else None)
-        other = model.cells.get(key)
-        check(other is None, f"{folder}: two results for {f.name}"
-              + (f" at severity {f.severity}" if with_severity else "")
-              + f" ({Path(other.path).name if other else ''}, {f.path.name}); keep one")
+        if key in model.cells:
+            at = f" at severity {f.severity}" if with_severity else ""
+            raise RsmoothError(f"{folder}: two results for {f.name}{at} "
+                               f"({Path(model.cells[key].path).name}, {f.path.name}); keep one")
         model.cells[key] = f.cell
     return model
 
@@ -576,7 +575,8 @@ def corruption_tables(folders: Sequence[PathLike], labels: Optional[Sequence[str
             ``always`` prints them anyway, with a note when they are not comparable;
             ``never`` omits them.
     """
-    fmt = check_format(TableFormat.MARKDOWN if as_json else fmt)
+    if not as_json:
+        fmt = check_format(fmt)
     check(paper in PAPER_MODES, f"unknown paper mode {paper!r}; choose one of {', '.join(PAPER_MODES)}")
     models = read_corruption_results(folders, labels)
     severity = _check_severity(severity, models)
