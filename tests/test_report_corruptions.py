@@ -132,6 +132,7 @@ def test_one_severity_prints_its_two_tables(cifar):
     assert _values(out["tables"][0])["mACR"] == pytest.approx([0.2, 0.3])
     assert [r["label"] for r in out["tables"][0]["rows"]] == ["gaussian_noise", "fog", "mACR"]
     assert "severity 5" not in corruption_tables(cifar, severity="2", paper="never")
+    assert len(_json(cifar, severity="all")["tables"]) == 11
     with pytest.raises(RsmoothError, match="severity 7"):
         corruption_tables(cifar, severity=7)
     missing = cifar[1]

@@ -285,8 +285,8 @@ def _setting(m: ModelResults) -> str:
 
 @dataclass
 class _Table:
-    """A table of numbers; marks (best, runner-up) compare the ``ours`` entries of each column
-    (``by_column``) or each row."""
+    """A table of numbers; marks (best, runner-up) compare our models' entries (kind ``"model"``,
+    not ``"paper"``) within each column (``by_column``, rows are models) or each row."""
 
     title: str
     metric: str
@@ -529,7 +529,7 @@ def _render(tables: List[_Table], notes: List[str], fmt: TableFormat) -> str:
 
 
 def _check_severity(severity, models: List[ModelResults]) -> Optional[int]:
-    if severity is None:
+    if severity is None or severity == "all":
         return None
     check(models[0].suite == "cifar10-c", "--severity applies to CIFAR-10-C-style results "
           "(<corruption>-s<S>.tsv); these have no severities")
@@ -565,7 +565,7 @@ def corruption_tables(folders: Sequence[PathLike], labels: Optional[Sequence[str
         labels: one per folder; default the paper's name of the sidecars' method, else the
             method, else the folder name (repeats get the folder appended).
         fmt: markdown | latex | csv (ACR 3 and accuracy 1 decimal; CSV full precision).
-        severity: 1-5, or None for all.
+        severity: 1-5, or None (or ``"all"``) for all.
         as_json: JSON instead: ``{"layout", "suite", "severity", "models", "tables": [{"title",
             "metric", "severity", "corner", "columns": [{"label", "kind"}], "rows": [{"label",
             "kind", "cells": [{"value", "best", "runner_up"}]}]}], "notes"}`` (full precision,
