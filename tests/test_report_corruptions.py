@@ -4,6 +4,7 @@ import csv
 import io
 import json
 import re
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 
@@ -457,3 +458,9 @@ def test_generated_without_suite_follows_the_file_names(tmp_path):
     out = _json([d])
     assert out["layout"] == "corruptions" and out["suite"] == "mnist-c"
     assert _values(out["tables"][0])["fog"] == [0.25] and _values(out["tables"][0])["mACR"] == [None]
+
+
+def test_the_paper_numbers_ship_in_the_wheel():
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    data = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]
+    assert "report/paper_corruptions.tsv" in data["rsmooth"]
