@@ -463,4 +463,4 @@ def test_generated_without_suite_follows_the_file_names(tmp_path):
 def test_the_paper_numbers_ship_in_the_wheel():
     pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
     data = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]
-    assert "report/paper_corruptions.tsv" in data["rsmooth"]
+    assert "paper_corruptions.tsv" in data["rsmooth.report"]
