@@ -105,6 +105,15 @@ def test_cli_folder_resume_shards_and_merge(fake_suites, ckpt, tmp_path, capsys)
         a, b = read_certify_tsv(folder / name), read_certify_tsv(sharded / name)
         assert a.idx.tolist() == b.idx.tolist() and a.predict.tolist() == b.predict.tolist()
         assert np.allclose(a.radius, b.radius)
+    # the tables of both folders (one column each), and the flags that do not go together
+    capsys.readouterr()
+    assert main(["analyze", "--corruptions", str(folder), str(sharded), "--labels", "one", "sharded"]) == 0
+    table = capsys.readouterr().out
+    assert "| corruption | one | sharded |" in table and "_noisy (not in mean)" in table
+    with pytest.raises(RsmoothError, match="--corruptions takes folders"):
+        main(["analyze", str(folder / "_flat.tsv"), "--corruptions", str(folder), "--debug"])
+    with pytest.raises(RsmoothError, match="--paper goes with --corruptions"):
+        main(["analyze", str(folder / "_flat.tsv"), "--paper", "never", "--debug"])
     # one corruption and severity into a .tsv stays one file
     one = tmp_path / "one.tsv"
     assert main(common + ["--corruption", "_noisy", "--severity", "1", "--out", str(one)]) == 0

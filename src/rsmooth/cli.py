@@ -446,14 +446,25 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("analyze", help="ACR and certified accuracy tables and plots",
                        description="Tables in the papers' layout (rows = result files, columns = ACR "
                        "then certified accuracy in % at each radius). " + UNITS)
-    a.add_argument("results", nargs="+", help="certify TSV files (rsmooth's or any public codebase's)")
+    a.add_argument("results", nargs="*", help="certify TSV files (rsmooth's or any public codebase's)")
+    a.add_argument("--corruptions", nargs="+", metavar="FOLDER",
+                   help="instead of files: one folder per model of 'rsmooth certify --corruption all' results; "
+                   "prints the corruption tables of Jeong, Kim, Shin 2023 (CAT-RS, arXiv 2212.09000): ACR and "
+                   "certified accuracy at r = 0 per severity with their means over the benchmark's corruptions, "
+                   "mACR and mAcc (Table 13), and per corruption for each severity (Tables 14-23), or per "
+                   "corruption without severities as MNIST-C (Tables 24-25)")
+    a.add_argument("--severity", help="with --corruptions: only this severity's tables (default: all)")
+    a.add_argument("--paper", default="auto", choices=["auto", "always", "never"],
+                   help="with --corruptions: the paper's numbers beside ours when the dataset, sigma and method "
+                   "match (auto), always (marked not comparable when they do not), or never")
     a.add_argument("--radii", type=float, nargs="+", help="radii for the columns (default: 0 to the largest radius, step 0.25)")
     a.add_argument("--format", default="markdown", choices=["markdown", "latex", "csv"], help="table format")
     a.add_argument("--json", action="store_true", help="print JSON instead of a table")
     a.add_argument("--plot", help="write a plot of certified accuracy against radius; the extension "
                    "picks the format: .png, .pdf or .svg (png without one)")
-    a.add_argument("--labels", nargs="+", help="one label per file (default: the file names, or the run "
-                   "folders when the names repeat, as runs/*/certify.tsv)")
+    a.add_argument("--labels", nargs="+", help="one label per file or --corruptions folder (default: the file "
+                   "names, or the run folders when the names repeat, as runs/*/certify.tsv; for folders the "
+                   "training method)")
     a.set_defaults(func=cmd_analyze)
 
     d = sub.add_parser("demo", help="train -> certify -> analyze on the built-in digits data",
@@ -612,7 +623,20 @@ def cmd_pipeline(args: argparse.Namespace) -> None:
 
 
 def cmd_analyze(args: argparse.Namespace) -> None:
-    from .report import analyze
+    from .report import analyze, corruption_tables
+
+    if args.corruptions:
+        if args.results or args.radii or args.plot:
+            raise RsmoothError("--corruptions takes folders of corruption results and prints their tables; "
+                               "give certify files (with --radii, --plot) in another 'rsmooth analyze' call")
+        print(corruption_tables(args.corruptions, labels=args.labels, fmt=args.format, severity=args.severity,
+                                as_json=args.json, paper=args.paper))
+        return
+    if not args.results:
+        raise RsmoothError("analyze needs certify TSV files, or --corruptions FOLDER... for corruption results")
+    for flag, value in (("--severity", args.severity), ("--paper", None if args.paper == "auto" else args.paper)):
+        if value is not None:
+            raise RsmoothError(f"{flag} goes with --corruptions FOLDER...")
 
     print(analyze(args.results, radii=args.radii, fmt=args.format, labels=args.labels,
                   plot=args.plot, as_json=args.json))
