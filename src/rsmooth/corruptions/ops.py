@@ -226,8 +226,8 @@ def canny(x2d: np.ndarray, sigma: float = 1.0, low: float = 0.1, high: float = 0
         signs = (((gr >= 0) & (gc >= 0)) | ((gr <= 0) & (gc <= 0)) if same
                  else ((gr <= 0) & (gc >= 0)) | ((gr >= 0) & (gc <= 0)))
         pts = candidates & signs & ((ar >= ac) if rows else (ar <= ac))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            w = ac / ar if rows else ar / ac
+        num, den = (ac, ar) if rows else (ar, ac)
+        w = np.divide(num, den, out=np.zeros_like(num), where=den > 0)
         plus = shifted(p2) * w + shifted(p1) * (1 - w) <= mag
         minus = shifted(m2) * w + shifted(m1) * (1 - w) <= mag
         maxima[pts] = (plus & minus)[pts]
