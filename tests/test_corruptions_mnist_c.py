@@ -160,3 +160,12 @@ def test_dotted_line_and_zigzag_only_brighten():
 def test_canny_edges_is_binary():
     y = _call("canny_edges", digits()[0].transpose(1, 2, 0) / 255.0, None)
     assert set(np.unique(y)) == {0.0, 1.0}
+
+
+def test_glass_blur_blurs_grey_images_vertically_only_as_the_authors_call_does():
+    x = np.zeros((28, 28, 1))
+    x[:, 14] = 1.0  # a vertical line: the vertical blur keeps it, severity 1 shifts pixels by <= 1 column
+    y = _call("glass_blur", x, 1)
+    assert np.all(y[:, :12] == 0) and np.all(y[:, 17:] == 0) and y[:, 13:16].sum() > 20
+    colour = _call("glass_blur", np.repeat(x, 3, axis=2), 1)  # colour images are blurred in both directions
+    assert np.all(colour[:, :12] > 0)

@@ -13,8 +13,8 @@ def _rng(seed=0):
     return np.random.default_rng(seed)
 
 
-def _kernel_1d(sigma):
-    r = int(4.0 * sigma + 0.5)
+def _kernel_1d(sigma, truncate=4.0):
+    r = int(truncate * sigma + 0.5)
     i = np.arange(-r, r + 1)
     k = np.exp(-i * i / (2 * sigma * sigma))
     return k / k.sum()
@@ -26,6 +26,13 @@ def test_gaussian_is_a_separable_kernel_per_channel_with_nearest_edges(shape):
     k = _kernel_1d(1.3)
     ref = ndimage.correlate1d(ndimage.correlate1d(x, k, axis=0, mode="nearest"), k, axis=1, mode="nearest")
     np.testing.assert_allclose(gaussian(x, 1.3), ref, atol=1e-12)
+
+
+def test_gaussian_mode_and_truncate():
+    x = _rng().random((9, 11))
+    k = _kernel_1d(1.0, truncate=3.0)
+    ref = ndimage.correlate1d(ndimage.correlate1d(x, k, axis=0, mode="reflect"), k, axis=1, mode="reflect")
+    np.testing.assert_allclose(gaussian(x, 1.0, mode="reflect", truncate=3.0), ref, atol=1e-12)
 
 
 def test_gaussian_with_a_zero_column_sigma_blurs_rows_only():
@@ -46,11 +53,12 @@ def test_affine_about_center_keeps_the_centre_and_matches_mnist_c_at_28():
     np.testing.assert_allclose(affine_about_center(9, 13, translation=(2, -1))[:2, 2], [2, -1])
 
 
-@pytest.mark.parametrize("channels", [None, 2])
-def test_warp_affine_rotation_about_the_centre_equals_scipy_affine_transform(channels):
+@pytest.mark.parametrize("channels, transform", [(None, dict(rotation=0.5)), (2, dict(rotation=-1.0)),
+                                                (None, dict(shear=0.6)), (2, dict(scale=(1 / .7, 1 / .7)))])
+def test_warp_affine_about_the_centre_equals_scipy_affine_transform(channels, transform):
     H, W = 17, 20
     x = _rng(1).random((H, W) if channels is None else (H, W, channels))
-    m = affine_about_center(H, W, rotation=0.5)
+    m = affine_about_center(H, W, **transform)
     # scipy maps output (row, col) to input (row, col): swap skimage's (col, row) axes
     p = np.array([[0, 1], [1, 0]])
     mat, off = p @ m[:2, :2] @ p, p @ m[:2, 2]

@@ -5,8 +5,8 @@ Each takes a float64 ``[H, W, C]`` image in [0, 1], a severity (1-5, or ``None``
 without levels) and a ``numpy.random.Generator``.  On 28x28 grey images they follow the authors'
 code; on other sizes, the positions the authors hard-code for 28x28 (the centre 13.5, the last
 pixel 27, stripe columns 7 and 21, the lines' rows and columns, the translation in pixels) are
-scaled to the image, while blur widths stay in pixels.  Colour images are corrupted channel by
-channel with the same random draws.
+scaled to the image, while blur widths and line thickness stay in pixels.  On colour images,
+noise is drawn per value and everything else (angles, shifts, fog, lines) is shared by the channels.
 """
 from __future__ import annotations
 
@@ -127,9 +127,7 @@ def translate(x, severity, rng):
     c = [1, 2, 3, 4, 5][severity - 1]
     bits = rng.choice([-1, 1], 2)
     H, W = x.shape[:2]
-    m = np.eye(3)
-    m[:2, 2] = c * bits[0] * W / 28.0, c * bits[1] * H / 28.0
-    return warp_affine(x, m)
+    return _affine(x, translation=(c * bits[0] * W / 28.0, c * bits[1] * H / 28.0))
 
 
 @suite.register("stripe", severities=())

@@ -19,16 +19,17 @@ _EPS = 1e-12  # ImageMagick's MagickEpsilon
 _QUANTUM_SCALE = 1.0 / 65535.0  # ImageMagick's QuantumScale (Q16 builds, Wand's usual)
 
 
-def gaussian(x: np.ndarray, sigma: Union[float, Tuple[float, float]], mode: str = "nearest") -> np.ndarray:
+def gaussian(x: np.ndarray, sigma: Union[float, Tuple[float, float]], mode: str = "nearest",
+             truncate: float = 4.0) -> np.ndarray:
     """Gaussian blur of each channel over the two image axes, as ``skimage.filters.gaussian``.
 
     ``sigma``: one standard deviation, or ``(sigma_rows, sigma_cols)``; ``mode`` extends the
-    borders as :func:`scipy.ndimage.gaussian_filter` (scikit-image's default ``'nearest'``);
-    ``truncate`` 4.0.  ``x``: ``[H, W]`` or ``[H, W, C]``.
+    borders as :func:`scipy.ndimage.gaussian_filter` and ``truncate`` cuts the kernel (in
+    sigmas), with scikit-image's defaults.  ``x``: ``[H, W]`` or ``[H, W, C]``.
     """
     s = (float(sigma), float(sigma)) if np.isscalar(sigma) else tuple(float(v) for v in sigma)
     x = np.asarray(x, dtype=np.float64)
-    return ndimage.gaussian_filter(x, s + (0.0,) * (x.ndim - 2), mode=mode, truncate=4.0)
+    return ndimage.gaussian_filter(x, s + (0.0,) * (x.ndim - 2), mode=mode, truncate=truncate)
 
 
 def affine_about_center(H: int, W: int, rotation: float = 0.0, shear: float = 0.0,
@@ -64,9 +65,6 @@ def warp_affine(x: np.ndarray, inverse: np.ndarray) -> np.ndarray:
     m = np.asarray(inverse, dtype=np.float64)
     c_in = m[0, 0] * cc + m[0, 1] * rr + m[0, 2]
     r_in = m[1, 0] * cc + m[1, 1] * rr + m[1, 2]
-    if not np.allclose(m[2], [0.0, 0.0, 1.0]):
-        w = m[2, 0] * cc + m[2, 1] * rr + m[2, 2]
-        c_in, r_in = c_in / w, r_in / w
     padded = np.pad(x, ((1, 1), (1, 1)) + ((0, 0),) * (x.ndim - 2))  # zeros around the image
     r0, c0 = np.floor(r_in), np.floor(c_in)
     dr, dc = r_in - r0, c_in - c0
@@ -207,9 +205,8 @@ def canny(x2d: np.ndarray, sigma: float = 1.0, low: float = 0.1, high: float = 0
     """
     x = np.asarray(x2d, dtype=np.float64)
     H, W = x.shape
-    smoothed = (ndimage.gaussian_filter(x, sigma, mode="constant", truncate=4.0)
-                / (ndimage.gaussian_filter(np.ones_like(x), sigma, mode="constant", truncate=4.0)
-                   + np.finfo(float).eps))
+    smoothed = gaussian(x, sigma, mode="constant") / (gaussian(np.ones_like(x), sigma, mode="constant")
+                                                      + np.finfo(float).eps)
     gr, gc = ndimage.sobel(smoothed, axis=0), ndimage.sobel(smoothed, axis=1)
     ar, ac = np.abs(gr), np.abs(gc)
     mag = np.hypot(gr, gc)
