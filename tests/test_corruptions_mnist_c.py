@@ -168,4 +168,4 @@ def test_glass_blur_blurs_grey_images_vertically_only_as_the_authors_call_does()
     y = _call("glass_blur", x, 1)
     assert np.all(y[:, :12] == 0) and np.all(y[:, 17:] == 0) and y[:, 13:16].sum() > 20
     colour = _call("glass_blur", np.repeat(x, 3, axis=2), 1)  # colour images are blurred in both directions
-    assert np.all(colour[:, :12] > 0)
+    assert (colour[:, :12] > 0).any()
