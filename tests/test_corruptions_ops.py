@@ -141,3 +141,17 @@ def test_canny_finds_the_boundary_of_a_square():
         assert side.any(axis=0 if side.shape[0] == 2 else 1).all()  # each side is traced end to end
     assert not canny(np.full((10, 10), 0.5)).any()
     assert not canny(0.05 * x).any()  # below the low threshold
+
+
+@pytest.mark.parametrize("sigma", [0.8, 3.0])
+def test_motion_blur_without_radius_takes_imagemagicks_width(sigma):
+    x = np.zeros((1, 80, 1))
+    x[0, 60] = 1.0
+    width = int((motion_blur(x, 0, sigma, 0.0) > 0).sum())
+
+    def edge_weight(w):  # the outermost weight of a centred Gaussian kernel of width w
+        k = np.exp(-np.arange(-(w // 2), w // 2 + 1) ** 2 / (2 * sigma * sigma))
+        return k[-1] / k.sum()
+
+    # the widest odd width whose edge weight stays at least one 16-bit quantum
+    assert width % 2 == 1 and edge_weight(width) >= 1 / 65535 > edge_weight(width + 2)

@@ -95,7 +95,7 @@ def _kernel_width(radius: float, sigma: float) -> int:
         j = (width - 1) // 2
         i = np.arange(-j, j + 1)
         k = np.exp(-(i * i) / (2 * g * g))
-        if k[-1] / k.sum() < _QUANTUM_SCALE or k[-1] / k.sum() < _EPS:
+        if k[-1] / k.sum() < _QUANTUM_SCALE:
             return width - 2
         width += 2
 
