@@ -171,7 +171,8 @@ def write_cifar_python(folder: Path, name: str, per_file: int, archive: bool) ->
 
 
 def test_registry_names_and_default():
-    assert set(DATASETS.names()) == {"digits", "mnist", "fashion-mnist", "cifar10", "cifar100", "imagenet"}
+    assert set(DATASETS.names()) == {"digits", "mnist", "fashion-mnist", "cifar10", "cifar100", "imagenet",
+                                     "cifar10-c", "cifar100-c", "mnist-c"}
     assert DEFAULT_DATASET == "digits"
 
 

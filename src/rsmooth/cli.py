@@ -200,6 +200,28 @@ def _add_certify_options(p: argparse.ArgumentParser, mode: str) -> None:
     p.add_argument("--channels-last", action="store_true", help="channels-last memory format (faster convolutions on CPU)")
 
 
+def _add_corruption_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "corruptions", "certify a corrupted test set: the published CIFAR-10-C, CIFAR-100-C (Hendrycks & "
+        "Dietterich 2019, arXiv 1903.12261) or MNIST-C (Mu & Gilmer 2019, arXiv 1906.02337) with --dataset "
+        "cifar10-c|cifar100-c|mnist-c, or corruptions generated on the fly for any other dataset. More than "
+        "one (corruption, severity) makes --out a folder of TSVs, FOLDER/<corruption>-s<severity>.tsv, for "
+        "'rsmooth analyze --corruptions FOLDER' (the mACR tables of Jeong, Kim, Shin 2023, CAT-RS, arXiv "
+        "2212.09000, App. H-I)")
+    g.add_argument("--corruption", metavar="NAME[,NAME...]|all|held-out",
+                   help="corruption file name(s) as published (fog, shot_noise, ...), 'all' (the benchmark's 15) "
+                   "or 'held-out' (CIFAR-10-C's 4 validation corruptions); 'rsmooth list corruptions' lists them")
+    g.add_argument("--severity", metavar="S[,S...]|all",
+                   help="level 1-5 (CIFAR-C); default 'all': 1-5 for CIFAR-C, the published level for "
+                   "MNIST-C, which has one per corruption")
+    g.add_argument("--corruption-seed", type=_integer, default=0,
+                   help="seed of generated corruptions: image i is corrupted from (seed, corruption, severity, i) "
+                   "(default: 0)")
+    g.add_argument("--corruption-suite", choices=["mnist-c", "cifar10-c"],
+                   help="whose definitions generate the corruptions (default: mnist-c for grey images, "
+                   "cifar10-c for colour ones)")
+
+
 def _add_method_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("method hyperparameters (defaults are per method; a preset may set them)")
     for flag, uses in sorted(_method_fields().items()):
@@ -343,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "its suffix (certify.tsv -> certify.shard-0-of-4.tsv); rerun to continue it, then "
                        "'rsmooth merge OUT' joins the K shards into the file one job writes. Under torchrun "
                        "each rank takes shard RANK/WORLD_SIZE and rank 0 merges by itself")
+        _add_corruption_flags(c)
         _add_arch_flags(c, train=False)
         _add_common_data(c)
         _add_foreign_flags(c)
@@ -423,14 +446,25 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("analyze", help="ACR and certified accuracy tables and plots",
                        description="Tables in the papers' layout (rows = result files, columns = ACR "
                        "then certified accuracy in % at each radius). " + UNITS)
-    a.add_argument("results", nargs="+", help="certify TSV files (rsmooth's or any public codebase's)")
+    a.add_argument("results", nargs="*", help="certify TSV files (rsmooth's or any public codebase's)")
+    a.add_argument("--corruptions", nargs="+", metavar="FOLDER",
+                   help="instead of files: one folder per model of 'rsmooth certify --corruption all' results; "
+                   "prints the corruption tables of Jeong, Kim, Shin 2023 (CAT-RS, arXiv 2212.09000): ACR and "
+                   "certified accuracy at r = 0 per severity with their means over the benchmark's corruptions, "
+                   "mACR and mAcc (Table 13), and per corruption for each severity (Tables 14-23), or per "
+                   "corruption without severities as MNIST-C (Tables 24-25)")
+    a.add_argument("--severity", help="with --corruptions: only this severity's tables (default: all)")
+    a.add_argument("--paper", default="auto", choices=["auto", "always", "never"],
+                   help="with --corruptions: the paper's numbers beside ours when the dataset, sigma and method "
+                   "match (auto), always (marked not comparable when they do not), or never")
     a.add_argument("--radii", type=float, nargs="+", help="radii for the columns (default: 0 to the largest radius, step 0.25)")
     a.add_argument("--format", default="markdown", choices=["markdown", "latex", "csv"], help="table format")
     a.add_argument("--json", action="store_true", help="print JSON instead of a table")
     a.add_argument("--plot", help="write a plot of certified accuracy against radius; the extension "
                    "picks the format: .png, .pdf or .svg (png without one)")
-    a.add_argument("--labels", nargs="+", help="one label per file (default: the file names, or the run "
-                   "folders when the names repeat, as runs/*/certify.tsv)")
+    a.add_argument("--labels", nargs="+", help="one label per file or --corruptions folder (default: the file "
+                   "names, or the run folders when the names repeat, as runs/*/certify.tsv; for folders the "
+                   "training method)")
     a.set_defaults(func=cmd_analyze)
 
     d = sub.add_parser("demo", help="train -> certify -> analyze on the built-in digits data",
@@ -445,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_foreign_flags(d)
     d.set_defaults(func=cmd_demo)
 
-    ls = sub.add_parser("list", help="list datasets, architectures, methods and presets",
+    ls = sub.add_parser("list", help="list datasets, architectures, methods, presets and corruptions",
                         description="Without KIND: every kind, wrapped. With KIND: one per line "
                         "(presets with the paper table they reproduce).")
     ls.add_argument("kind", nargs="?", choices=_LIST_KINDS, help="what to list")
@@ -495,16 +529,35 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_certify(args: argparse.Namespace) -> None:
-    from .engine import run_certification
+    from .data import DATASETS
+    from .engine import certify_corruptions, corruption_plan, load_model, run_certification
     from .engine.distributed import world
 
-    out = run_certification(
-        args.checkpoint, args.out, mode=args.mode, dataset=args.dataset, split=args.split,
-        sigma=args.sigma, n0=getattr(args, "n0", 100), n=args.n, alpha=args.alpha,
-        batch_size=args.batch_size, start=args.start, skip=args.skip, max=args.max, shard=args.shard,
-        seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
-        data_dir=args.data_dir, device=args.device, overwrite=args.overwrite, trust_pickle=args.trust_pickle,
-        model_options=_model_options(args))
+    kwargs = dict(mode=args.mode, dataset=args.dataset, split=args.split,
+                  sigma=args.sigma, n0=getattr(args, "n0", 100), n=args.n, alpha=args.alpha,
+                  batch_size=args.batch_size, start=args.start, skip=args.skip, max=args.max, shard=args.shard,
+                  seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
+                  data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
+                  trust_pickle=args.trust_pickle, model_options=_model_options(args))
+    dataset = args.dataset
+    if args.corruption is None and args.severity is None and (
+            dataset is None or not getattr(DATASETS.get(dataset), "published_corruptions", None)):
+        if args.corruption_suite is not None:
+            raise RsmoothError("--corruption-suite without --corruption: name the corruption(s) as well")
+        out = run_certification(args.checkpoint, args.out, **kwargs)
+    else:
+        if dataset is None:
+            dataset = load_model(args.checkpoint, trust_pickle=args.trust_pickle, **_model_options(args)).dataset
+            kwargs["dataset"] = dataset
+        plan = corruption_plan(dataset, args.corruption or "all", args.severity, args.corruption_suite,
+                               log=lambda _: None)
+        common = dict(corruption_seed=args.corruption_seed, corruption_suite=args.corruption_suite, **kwargs)
+        if len(plan) == 1 and args.out.endswith(".tsv"):
+            out = run_certification(args.checkpoint, args.out, corruption=plan[0].corruption,
+                                    severity=plan[0].severity, **common)
+        else:
+            out = certify_corruptions(args.checkpoint, args.out, corruptions=args.corruption or "all",
+                                      severities=args.severity, **common)
     if world().main:
         print(f"results: {out}")
 
@@ -519,6 +572,14 @@ def cmd_merge(args: argparse.Namespace) -> None:
     if args.out is None:
         if len(args.files) != 1:
             raise RsmoothError("merge takes OUT (the --out of the shards), or --out OUT and the shard files")
+        if Path(args.files[0]).is_dir():  # a folder of 'certify --corruption all --shard I/K'
+            from .engine.shards import shard_groups
+
+            groups = shard_groups(args.files[0])
+            for out in groups:
+                merge_certify(out, None, overwrite=args.overwrite, keep=args.keep_shards)
+            print(f"results: {args.files[0]} ({len(groups)} files merged)")
+            return
         out, shards = args.files[0], []
     else:
         if not args.files:
@@ -562,7 +623,20 @@ def cmd_pipeline(args: argparse.Namespace) -> None:
 
 
 def cmd_analyze(args: argparse.Namespace) -> None:
-    from .report import analyze
+    from .report import analyze, corruption_tables
+
+    if args.corruptions:
+        if args.results or args.radii or args.plot:
+            raise RsmoothError("--corruptions takes folders of corruption results and prints their tables; "
+                               "give certify files (with --radii, --plot) in another 'rsmooth analyze' call")
+        print(corruption_tables(args.corruptions, labels=args.labels, fmt=args.format, severity=args.severity,
+                                as_json=args.json, paper=args.paper))
+        return
+    if not args.results:
+        raise RsmoothError("analyze needs certify TSV files, or --corruptions FOLDER... for corruption results")
+    for flag, value in (("--severity", args.severity), ("--paper", None if args.paper == "auto" else args.paper)):
+        if value is not None:
+            raise RsmoothError(f"{flag} goes with --corruptions FOLDER...")
 
     print(analyze(args.results, radii=args.radii, fmt=args.format, labels=args.labels,
                   plot=args.plot, as_json=args.json))
@@ -574,7 +648,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     print(run_demo(args.out, n=args.n, epochs=args.epochs, overwrite=args.overwrite))
 
 
-_LIST_KINDS = ("datasets", "architectures", "methods", "presets")
+_LIST_KINDS = ("datasets", "architectures", "methods", "presets", "corruptions")
 
 
 def _wrapped(title: str, names: List[str], indent: str = "  ") -> str:
@@ -594,6 +668,8 @@ def cmd_list(args: argparse.Namespace) -> None:
         width = max(map(len, names["presets"]))
         for name in names["presets"]:
             print(f"{name:<{width}}  {get_preset(name).source}")
+    elif args.kind == "corruptions":
+        print(_corruption_listing())
     elif args.kind:
         print("\n".join(names[args.kind]))
     else:
@@ -607,6 +683,28 @@ def cmd_list(args: argparse.Namespace) -> None:
               f"'rsmooth show-preset NAME': settings):")
         for dataset, rest in by_dataset.items():
             print(_wrapped(dataset, rest))
+
+
+def _corruption_listing() -> str:
+    """Each suite's corruptions (levels, benchmark membership) and the published corrupted datasets."""
+    from .corruptions import BENCHMARK, HELD_OUT, SUITES
+    from .data import DATASETS
+
+    lines = []
+    for suite in SUITES.values():
+        lines.append(f"generated, {suite.name} definitions ({suite.citation}):")
+        for c in suite.corruptions.values():
+            where = ("benchmark" if c.name in BENCHMARK[suite.name]
+                     else "held out" if c.name in HELD_OUT[suite.name] else "extra")
+            levels = (f"severities {c.severities[0]}-{c.severities[-1]}" if c.severities else "no levels")
+            default = f", default {c.default}" if c.default is not None else ""
+            lines.append(f"  {c.name:<18} {where:<9} {levels}{default}")
+    for name in DATASETS.names():
+        cls = DATASETS.get(name)
+        if getattr(cls, "published_corruptions", None):
+            levels = f"severities {cls.severities[0]}-{cls.severities[-1]}" if cls.severities else "one level each"
+            lines.append(f"published {name} ({levels}): {', '.join(cls.published_corruptions)}")
+    return "\n".join(lines)
 
 
 def _as_flag(flag: str, value: Any) -> str:

@@ -28,7 +28,6 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..engine.seeding import derive_seed
 from ..errors import RsmoothError, check
 
 __all__ = ["Corruption", "Suite", "SUITES", "BENCHMARK", "HELD_OUT", "get_suite", "default_suite", "corrupt",
@@ -137,6 +136,8 @@ def corrupt(images: np.ndarray, name: str, severity: Optional[int], *, suite: st
     severity, indices[k])``.  ``severity`` ``None`` means the corruption's default.  The result is
     quantised as the published datasets are (``uint8(255 * clip(y, 0, 1))``, truncating).
     """
+    from ..engine.seeding import derive_seed  # engine imports this package
+
     s = get_suite(suite)
     c = s.get(name)
     level = resolve_severity(c, severity, suite)

@@ -1,9 +1,10 @@
 """Datasets for rsmooth: readers, checksummed downloads, batched augmentation, fingerprints.
 
 ``get_dataset(name, split)`` returns a :class:`Dataset` of [0, 1] images; names are in
-``DATASETS`` (digits, mnist, fashion-mnist, cifar10, cifar100, imagenet) and
-``dataset_info(name)`` tells a model its shape, classes and normalisation without any
-data.  See docs/ARCHITECTURE.md ("data").
+``DATASETS`` (digits, mnist, fashion-mnist, cifar10, cifar100, imagenet, and the published
+corrupted test sets cifar10-c, cifar100-c, mnist-c, which take ``corruption=`` and, for CIFAR,
+``severity=``) and ``dataset_info(name)`` tells a model its shape, classes and normalisation
+without any data.  See docs/ARCHITECTURE.md ("data").
 
 Example::
 
@@ -30,7 +31,7 @@ from .download import download_file
 from .subsets import certify_indices
 
 # Importing the readers registers them in DATASETS.
-from . import digits, mnist, cifar, imagenet  # noqa: E402,F401  isort: skip
+from . import digits, mnist, cifar, imagenet, corrupted  # noqa: E402,F401  isort: skip
 
 __all__ = [
     "DATASETS",

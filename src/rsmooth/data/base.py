@@ -91,6 +91,7 @@ def get_dataset(
     corruption: Optional[str] = None,
     severity: Optional[int] = None,
     corruption_seed: int = 0,
+    corruption_suite: Optional[str] = None,
 ) -> "Dataset":
     """Load split ``"train"`` or ``"test"`` of dataset ``name``.
 
@@ -101,21 +102,23 @@ def get_dataset(
 
     ``corruption`` (and ``severity``) pick one corrupted copy: of a published corrupted
     dataset (``cifar10-c``, ``cifar100-c``, ``mnist-c``, which need it), or of any other
-    dataset, generated on the fly from ``corruption_seed`` (:mod:`rsmooth.corruptions`).
+    dataset, generated on the fly from ``corruption_seed`` with the definitions of
+    ``corruption_suite`` (default: MNIST-C's for grey images, CIFAR-10-C's for colour ones; see
+    :mod:`rsmooth.corruptions`).
     Example ``i`` of a corrupted copy is the corrupted example ``i`` of the clean one.
     """
     cls = DATASETS.get(name)
     check(split in SPLITS, f"unknown split {split!r}; choose one of: {', '.join(SPLITS)}")
     if getattr(cls, "published_corruptions", None):
         return cls.load(split, data_dir=data_dir, download=download, corruption=corruption, severity=severity)
-    if severity is not None and corruption is None:
-        raise RsmoothError(f"severity {severity} without a corruption: pass a corruption name as well")
+    if corruption is None and (severity is not None or corruption_suite is not None):
+        raise RsmoothError("a corruption severity or suite without a corruption: pass a corruption name as well")
     data = cls.load(split, data_dir=data_dir, download=download)
     if corruption is None:
         return data
     from .generated import GeneratedCorruption
 
-    return GeneratedCorruption(data, corruption, severity, seed=corruption_seed)
+    return GeneratedCorruption(data, corruption, severity, seed=corruption_seed, suite=corruption_suite)
 
 
 # ----------------------------------------------------------------------------- roots

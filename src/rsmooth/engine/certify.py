@@ -57,6 +57,10 @@ def run_certification(
     overwrite: bool = False,
     trust_pickle: bool = False,
     model_options: Optional[Dict[str, Any]] = None,
+    corruption: Optional[str] = None,
+    severity: Optional[int] = None,
+    corruption_seed: int = 0,
+    corruption_suite: Optional[str] = None,
     progress: bool = True,
     log: Callable[[str], None] = print,
 ) -> Path:
@@ -76,6 +80,9 @@ def run_certification(
     ``argparse.Namespace`` (can run arbitrary code; see :func:`~rsmooth.engine.checkpoint.read_checkpoint`).
     ``model_options`` (keyword arguments of :func:`~rsmooth.engine.checkpoint.load_model`: arch,
     arch_kwargs, mean, std, num_classes) build the model of a checkpoint that does not record it.
+    ``corruption``/``severity`` (and ``corruption_seed``, ``corruption_suite`` for a generated
+    copy) certify one corrupted test set (:func:`~rsmooth.data.get_dataset`); see
+    :func:`certify_corruptions` for many.
     """
     from ..data import certify_indices, get_dataset
     from ..smoothing import DEFAULT_BATCH_SIZE
@@ -105,7 +112,8 @@ def run_certification(
     if mode == "certify":
         _warn_small_n(n, alpha, sigma, log)
     model = loaded.model.to(dev)
-    data = get_dataset(loaded.dataset, split, data_dir=data_dir)
+    data = get_dataset(loaded.dataset, split, data_dir=data_dir, corruption=corruption, severity=severity,
+                       corruption_seed=corruption_seed, corruption_suite=corruption_suite)
     indices = certify_indices(len(data), skip=skip, max=max, start=start)
     check(bool(indices), f"--start {start} is past the last {split} example (index {len(data) - 1})")
     smooth = Smooth(model, loaded.num_classes, sigma, precision=precision,
@@ -113,11 +121,11 @@ def run_certification(
 
     out_path = Path(out)
     meta = {
-        "mode": mode, "dataset": loaded.dataset, "split": split, "sigma": sigma,
+        "mode": mode, "dataset": loaded.dataset, "corruption": data.corruption, "split": split, "sigma": sigma,
         "n0": n0 if mode == "certify" else None, "n": n, "alpha": alpha, "batch_size": batch_size,
         "start": start, "skip": skip, "max": max, "num_examples": len(indices), "seed": seed,
         **smooth.mode(), "checkpoint": str(loaded.path), "checkpoint_sha256": file_sha256(loaded.path),
-        "arch": loaded.arch, "data_fingerprint": data.fingerprint(), "device": str(dev),
+        "arch": loaded.arch, "method": loaded.meta.get("method"), "data_fingerprint": data.fingerprint(), "device": str(dev),
         "versions": versions(), "git_commit": git_commit(),
         "started": datetime.datetime.now().isoformat(timespec="seconds"),
     }

@@ -22,10 +22,10 @@ from ..metrics.certify_io import TSV_HEADER
 
 Shard = Tuple[int, int]
 #: sidecar fields that must agree for a run to continue an existing TSV, and for shards to merge
-RUN_IDENTITY = ("mode", "dataset", "split", "sigma", "n0", "n", "alpha", "start", "skip", "max", "seed",
-                "checkpoint_sha256", "precision", "channels_last")
+RUN_IDENTITY = ("mode", "dataset", "corruption", "split", "sigma", "n0", "n", "alpha", "start", "skip", "max",
+                "seed", "checkpoint_sha256", "precision", "channels_last")
 #: the value of an identity field that sidecars written before it existed lack
-_IDENTITY_DEFAULTS = {"start": 0}
+_IDENTITY_DEFAULTS = {"start": 0, "corruption": None}
 #: sidecar fields of a shard that the merged file does not have
 SHARD_FIELDS = ("shard", "subset_size")
 
@@ -72,6 +72,15 @@ def find_shards(out: Union[str, Path]) -> List[Path]:
     check(len(counts) == 1, f"shard files of {out} from different shard counts ({', '.join(map(str, counts))}); "
                             f"delete the ones of the count you did not finish")
     return [found[key] for key in sorted(found)]
+
+
+def shard_groups(folder: Union[str, Path]) -> List[Path]:
+    """The OUT files whose shards lie in ``folder`` (``OUT.shard-I-of-K.tsv``), sorted."""
+    pattern = re.compile(r"(.+)\.shard-\d+-of-\d+(\.[^.]*)?")
+    outs = {Path(folder) / (m.group(1) + (m.group(2) or "")) for p in Path(folder).iterdir()
+            if (m := pattern.fullmatch(p.name)) and not p.name.endswith(".json")}
+    check(bool(outs), f"no shard files in {folder}; run 'rsmooth certify ... --shard I/K --out {folder}' first")
+    return sorted(outs)
 
 
 def merge_certify(out: Union[str, Path], shards: Optional[Sequence[Union[str, Path]]] = None, *,

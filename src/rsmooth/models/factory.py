@@ -55,10 +55,14 @@ _DEFAULT_ARCH: Dict[str, str] = {
 }
 
 
+#: The published corrupted test sets are certified with models of their clean dataset.
+_CLEAN_OF = {"cifar10-c": "cifar10", "cifar100-c": "cifar100", "mnist-c": "mnist"}
+
+
 def dataset_stats(dataset: str) -> _DatasetStats:
     """(num_classes, input_shape, mean, std) of a dataset name; RsmoothError if unknown."""
     try:
-        return _DATASET_STATS[dataset]
+        return _DATASET_STATS[_CLEAN_OF.get(dataset, dataset)]
     except KeyError:
         raise RsmoothError(
             f"unknown dataset {dataset!r}; choose one of: {', '.join(sorted(_DATASET_STATS))}"
@@ -120,7 +124,7 @@ def register_arch(name: str, *, in_channels: int, input_size: Optional[Tuple[int
 def default_arch(dataset: str) -> str:
     """The architecture the papers use for ``dataset`` (e.g. LeNet for MNIST, ResNet-110 for CIFAR)."""
     dataset_stats(dataset)  # validates the name
-    return _DEFAULT_ARCH[dataset]
+    return _DEFAULT_ARCH[_CLEAN_OF.get(dataset, dataset)]
 
 
 ENTRY_POINT_GROUP = "rsmooth.models"

@@ -1,8 +1,10 @@
 """Tables (markdown/latex/csv/json) and plots of certify results, in the papers' layout.
 
 Built on the pure metrics of :mod:`rsmooth.metrics`; matplotlib is imported only
-when a plot is drawn.  ``rsmooth analyze`` prints :func:`analyze`'s text.
+when a plot is drawn.  ``rsmooth analyze`` prints :func:`analyze`'s text, and
+:func:`corruption_tables`'s for folders of corruption results.
 """
+from .corruptions import corruption_tables
 from .plots import plot_certified_accuracy
 from .summary import FileSummary, analyze, parse_radii, summarize, to_json
 from .tables import TABLE_FORMATS, TableFormat, format_table
@@ -14,6 +16,7 @@ __all__ = [
     "to_json",
     "plot_certified_accuracy",
     "analyze",
+    "corruption_tables",
     "parse_radii",
     "TableFormat",
     "TABLE_FORMATS",

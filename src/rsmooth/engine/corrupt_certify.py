@@ -1,0 +1,140 @@
+"""Certify a model on every (corruption, severity) of a corruption benchmark, one TSV each.
+
+``certify_corruptions(checkpoint, folder, corruptions="all", severities="all")`` runs
+:func:`~rsmooth.engine.certify.run_certification` once per corrupted test set into
+``folder/<corruption>-s<severity>.tsv`` (``folder/<corruption>.tsv`` for a corruption without
+levels, as MNIST-C's), so the whole folder resumes, shards and merges file by file, and
+``rsmooth analyze --corruptions folder`` turns it into the mACR tables of Jeong, Kim, Shin 2023
+(CAT-RS, arXiv 2212.09000, App. H-I).
+
+``all`` is the benchmark's set (:data:`rsmooth.corruptions.BENCHMARK`: CIFAR-10-C's 15 or
+MNIST-C's 15); ``held-out`` adds CIFAR-10-C's four validation corruptions.  Datasets with a
+published corrupted copy (``cifar10-c``, ``cifar100-c``, ``mnist-c``) read it; any other dataset
+gets its corruptions generated (:mod:`rsmooth.data.generated`).
+"""
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, List, Optional, Sequence, Union
+
+from ..corruptions import BENCHMARK, HELD_OUT, default_suite, get_suite
+from ..errors import RsmoothError, check
+from ..paths import check_output_dir
+from . import distributed
+
+__all__ = ["PlanItem", "corruption_plan", "certify_corruptions", "parse_corruptions", "parse_severities"]
+
+Names = Union[str, Sequence[str]]
+Levels = Union[None, str, int, Sequence[int]]
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """One corrupted test set to certify and the file it goes to."""
+
+    corruption: str
+    severity: Optional[int]
+    file: str
+
+
+def parse_corruptions(text: Names) -> List[str]:
+    """``"fog,snow"`` / ``["fog", "snow"]`` / ``"all"`` -> a list of tokens (names, ``all``, ``held-out``)."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    out = [str(t).strip() for t in items if str(t).strip()]
+    check(bool(out), "--corruption is empty; give a name, a comma-separated list, 'all' or 'held-out'")
+    return out
+
+
+def parse_severities(text: Levels) -> Optional[List[int]]:
+    """``None`` or ``"all"`` -> None (the benchmark's levels); ``"3"``, ``"1,2"``, ``3`` -> a list."""
+    if text is None or (isinstance(text, str) and text.strip() == "all"):
+        return None
+    if isinstance(text, int):
+        return [text]
+    items = text.split(",") if isinstance(text, str) else list(text)
+    try:
+        return [int(str(t).strip()) for t in items]
+    except ValueError:
+        raise RsmoothError(f"--severity {text!r}: expected a level like 3, a list like 1,3,5, or 'all'") from None
+
+
+def corruption_plan(dataset: str, corruptions: Names = "all", severities: Levels = "all",
+                    suite: Optional[str] = None, log: Callable[[str], None] = print) -> List[PlanItem]:
+    """The (corruption, severity, file) list for ``dataset``, in the benchmark's order.
+
+    A published corrupted dataset offers its files (CIFAR-C: severities 1-5; MNIST-C: one level
+    each); any other dataset offers the corruptions of ``suite`` (default: MNIST-C's for grey
+    images, CIFAR-10-C's for colour ones), whose default level is the benchmark's.
+    """
+    from ..data import DATASETS
+
+    cls = DATASETS.get(dataset)
+    published = getattr(cls, "published_corruptions", None)
+    if published:
+        check(suite is None, f"{dataset} is a published corrupted dataset; drop --corruption-suite")
+        suite_name = "cifar10-c" if cls.severities else "mnist-c"
+        available = list(published)
+        levels_of = lambda name: list(cls.severities) or [None]  # noqa: E731
+    else:
+        suite_name = suite or default_suite(cls.info.input_shape[0])
+        s = get_suite(suite_name)
+        available = s.names()
+        levels_of = lambda name: (suite_name == "cifar10-c" and list(s.get(name).severities)) or [None]  # noqa: E731
+    names: List[str] = []
+    for token in parse_corruptions(corruptions):
+        if token == "all":
+            group = list(BENCHMARK[suite_name])
+        elif token == "held-out":
+            group = list(HELD_OUT[suite_name])
+            check(bool(group), f"{dataset}: the {suite_name} benchmark has no held-out corruptions")
+        else:
+            check(token in available, f"unknown corruption {token!r} for {dataset}; choose from: "
+                  f"{', '.join(available)}, or 'all' / 'held-out'")
+            group = [token]
+        missing = [n for n in group if n not in available]
+        if missing:  # frost needs the CIFAR-10-C authors' photographs, so it cannot be generated
+            log(f"note: {', '.join(missing)} cannot be made for {dataset} (see rsmooth.corruptions); skipped")
+        names += [n for n in group if n in available and n not in names]
+    check(bool(names), f"{dataset}: none of the corruptions asked for is available")
+    asked = parse_severities(severities)
+    plan: List[PlanItem] = []
+    for name in names:
+        for level in (asked if asked is not None else levels_of(name)):
+            file = f"{name}.tsv" if level is None else f"{name}-s{level}.tsv"
+            plan.append(PlanItem(name, level, file))
+    return plan
+
+
+def certify_corruptions(checkpoint: str, out: Union[str, Path], *, corruptions: Names = "all",
+                        severities: Levels = "all", dataset: Optional[str] = None,
+                        corruption_suite: Optional[str] = None, device: Optional[str] = None,
+                        trust_pickle: bool = False, model_options: Optional[dict] = None,
+                        log: Callable[[str], None] = print, **kwargs: Any) -> Path:
+    """Certify every item of :func:`corruption_plan` into the folder ``out``; returns ``out``.
+
+    ``kwargs`` go to :func:`~rsmooth.engine.certify.run_certification` (n0, n, alpha, skip,
+    max, seed, shard, corruption_seed, ...), so every file is resumed, sharded and merged as a
+    single certification is.  Under ``torchrun`` all files run in one process group.
+    """
+    from .certify import run_certification
+    from .checkpoint import load_model, resolve_device
+
+    folder = check_output_dir(out)
+    if dataset is None:
+        dataset = load_model(checkpoint, trust_pickle=trust_pickle, **(model_options or {})).dataset
+    w = distributed.world()
+    if not w.main:
+        log = distributed.quiet
+    plan = corruption_plan(dataset, corruptions, severities, corruption_suite, log)
+    folder.mkdir(parents=True, exist_ok=True)
+    dev = distributed.rank_device(resolve_device(device), w)
+    with distributed.process_group(dev, timeout=datetime.timedelta(days=7)):
+        for k, item in enumerate(plan, 1):
+            level = "" if item.severity is None else f", severity {item.severity}"
+            log(f"[{k}/{len(plan)}] {item.corruption}{level} -> {folder / item.file}")
+            run_certification(checkpoint, str(folder / item.file), dataset=dataset, corruption=item.corruption,
+                              severity=item.severity, corruption_suite=corruption_suite, device=device,
+                              trust_pickle=trust_pickle, model_options=model_options, log=log, **kwargs)
+    return folder
