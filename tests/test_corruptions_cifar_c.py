@@ -216,3 +216,111 @@ def test_elastic_affine_part():
     np.testing.assert_allclose(y, expected, atol=1e-12)
     y = cifar_c.elastic_transform(x, 1, FixedUniform(src[:, ::-1] - src))
     np.testing.assert_allclose(y, x.transpose(1, 0, 2), atol=1e-12)
+
+
+@pytest.mark.parametrize("severity,sigma", enumerate([0.4, 0.6, 0.7, 0.8, 1.0], start=1))
+def test_gaussian_blur_against_a_hand_kernel(severity, sigma):
+    """skimage.filters.gaussian: separable, truncated at 4 sigma, border 'nearest'."""
+    x = scene()
+    r = int(4 * sigma + 0.5)
+    g = np.exp(-np.arange(-r, r + 1) ** 2 / (2 * sigma ** 2))
+    g /= g.sum()
+    p = np.pad(x, ((r, r), (r, r), (0, 0)), mode="edge")
+    rows = sum(g[i] * p[i:i + 32] for i in range(2 * r + 1))
+    ref = sum(g[j] * rows[:, j:j + 32] for j in range(2 * r + 1))
+    np.testing.assert_allclose(cifar_c.gaussian_blur(x, severity, None), ref, atol=1e-12)
+
+
+def test_glass_blur_moves_pixels_up_left_by_at_most_one():
+    """Severity 1 (sigma 0.05: the blurs are the identity): each pixel is the uint8 image at itself
+    or one row and/or column up-left, as the authors' copying "swap" leaves it."""
+    x = np.random.default_rng(0).random((32, 32, 3))
+    u = (x * 255).astype(np.uint8)
+    y = np.round(cifar_c.glass_blur(x, 1, np.random.default_rng(1)) * 255).astype(np.uint8)
+    moved = 0
+    for r in range(32):
+        for c in range(32):
+            sources = [u[r - a, c - b] for a in (0, 1) for b in (0, 1) if r - a >= 0 and c - b >= 0]
+            assert any(np.array_equal(y[r, c], s) for s in sources), (r, c)
+            moved += not np.array_equal(y[r, c], u[r, c])
+    assert moved > 32 * 32 / 2  # 3 of the 4 (dx, dy) draws move a pixel
+
+
+def test_glass_blur_is_the_authors_sequential_loop():
+    """The gather equals the authors' loop, their tuple "swap" of NumPy views included."""
+    from rsmooth.corruptions import ops
+
+    x = scene()
+    for severity, (sigma, iterations) in [(2, (0.25, 1)), (5, (0.4, 2))]:
+        rng = np.random.default_rng(7)
+        u = np.uint8(ops.gaussian(x, sigma) * 255)
+        for _ in range(iterations):
+            d = rng.integers(-1, 1, size=(30, 30, 2))
+            for i, h in enumerate(range(32 - 1, 1, -1)):
+                for j, w in enumerate(range(32 - 1, 1, -1)):
+                    dx, dy = d[i, j]
+                    h_prime, w_prime = h + dy, w + dx
+                    u[h, w], u[h_prime, w_prime] = u[h_prime, w_prime], u[h, w]
+        ref = np.clip(ops.gaussian(u / 255.0, sigma), 0, 1)
+        np.testing.assert_array_equal(cifar_c.glass_blur(x, severity, np.random.default_rng(7)), ref)
+
+
+def test_blurs_keep_a_constant_image():
+    x = np.full((32, 32, 3), 100 / 255)
+    for name in ["defocus_blur", "motion_blur", "zoom_blur", "gaussian_blur", "glass_blur", "elastic_transform"]:
+        for severity in (1, 5):
+            y = SUITE.get(name).fn(x, severity, np.random.default_rng(0))
+            np.testing.assert_allclose(y, x, atol=1e-9, err_msg=name)
+
+
+def test_motion_blur_is_8_bit():
+    y = cifar_c.motion_blur(scene(), 3, np.random.default_rng(0))
+    np.testing.assert_array_equal(y * 255, np.round(y * 255))
+
+
+def test_snow_only_adds_to_the_brightened_image():
+    x = scene()
+    for severity, blend in enumerate([0.95, 0.9, 0.9, 0.85, 0.8], start=1):
+        lum = (0.299 * x[..., 0] + 0.587 * x[..., 1] + 0.114 * x[..., 2])[..., None]
+        base = np.clip(blend * x + (1 - blend) * np.maximum(x, lum * 1.5 + 0.5), 0, 1)
+        y = cifar_c.snow(x, severity, np.random.default_rng(severity))
+        assert np.all(y >= base - 1e-12)
+        unclipped = (y < 1).all(-1)
+        flakes = (y - base)[unclipped]  # one grey layer, the same in every channel
+        np.testing.assert_allclose(flakes, flakes[:, :1].repeat(3, 1), atol=1e-12)
+        assert (y > base + 1e-3).any()
+
+
+def test_fog_stays_below_the_image_maximum():
+    x = scene()
+    for severity, a in enumerate([0.2, 0.5, 0.75, 1, 1.5], start=1):
+        y = cifar_c.fog(x, severity, np.random.default_rng(severity))
+        top = x.max()
+        assert y.max() <= top + 1e-12
+        assert np.all(y >= x * top / (top + a) - 1e-12)
+        assert y.max() > x.max() * top / (top + a) + 1e-3  # the haze is visible
+
+
+def test_spatter_paints_water_and_mud_colours():
+    x = scene()
+    for severity in range(1, 6):
+        y = cifar_c.spatter(x, severity, np.random.default_rng(severity))
+        d = y - x
+        changed = np.abs(d).max(-1) > 1e-12
+        assert changed.any(), severity
+        if severity <= 3:  # pale turquoise (175, 238, 238) added, before clipping at 1
+            unclipped = changed & (y < 1).all(-1)
+            t = d[unclipped] / np.array([175, 238, 238]) * 255
+            np.testing.assert_allclose(t, t[:, :1].repeat(3, 1), atol=1e-9)
+            assert np.all(d >= -1e-12)
+        else:  # x (1 - m) + m brown (63, 42, 20), m in (0.8, 1]
+            brown = np.array([63, 42, 20]) / 255
+            m = d[changed] / (brown - x[changed])
+            np.testing.assert_allclose(m, m[:, :1].repeat(3, 1), atol=1e-9)
+            assert np.all((m >= 0.8 - 1e-9) & (m <= 1 + 1e-9))
+
+
+def test_equalize_hist_as_opencv():
+    u = np.array([[0, 0, 1], [1, 1, 3]], dtype=np.uint8)  # 255 / 4 per level above the lowest
+    np.testing.assert_array_equal(cifar_c._equalize_hist(u), [[0, 0, 191], [191, 191, 255]])
+    np.testing.assert_array_equal(cifar_c._equalize_hist(np.full((3, 3), 7, np.uint8)), np.full((3, 3), 7))
