@@ -59,6 +59,9 @@ def test_other_sizes_and_grey(name, shape):
     x = as_batch(scene(h, w, c))
     y = corrupt(x, name, 5, suite="cifar10-c", seed=0, indices=[0])
     assert y.shape == x.shape and y.dtype == np.uint8
+    for severity in range(1, 6):  # the function itself: finite, in [0, 1] (a NaN would pass corrupt())
+        z = SUITE.get(name).fn(scene(h, w, c), severity, np.random.default_rng(severity))
+        assert z.shape == shape and np.all((z >= 0) & (z <= 1)), (name, severity)
 
 
 def test_random_corruptions_depend_on_seed_and_index():
