@@ -219,6 +219,9 @@ def test_elastic_affine_part():
     np.testing.assert_allclose(y, expected, atol=1e-12)
     y = cifar_c.elastic_transform(x, 1, FixedUniform(src[:, ::-1] - src))
     np.testing.assert_allclose(y, x.transpose(1, 0, 2), atol=1e-12)
+    # a shift of 0.3 column: OpenCV samples 10/32 of a pixel to the left (positions in 1/32 pixel)
+    y = cifar_c.elastic_transform(x, 1, FixedUniform(np.tile([[0.3, 0.0]], (3, 1))))
+    np.testing.assert_allclose(y[:, 1:], (22 / 32) * x[:, 1:] + (10 / 32) * x[:, :-1], atol=1e-12)
 
 
 @pytest.mark.parametrize("severity,sigma", enumerate([0.4, 0.6, 0.7, 0.8, 1.0], start=1))

@@ -15,14 +15,13 @@ Exact up to floating-point rounding (the authors work in float32 and on uint8 PI
 image given as ``uint8 / 255`` round-trips exactly) and to the random streams (NumPy's
 ``Generator`` here, the legacy global state there): the noises, ``contrast``, ``brightness`` and
 ``saturate`` (scikit-image's HSV conversion), ``pixelate`` and ``jpeg_compression`` (Pillow, as
-the authors), ``defocus_blur`` (OpenCV's kernel and border rule) and, given the shared
+the authors), ``defocus_blur`` (OpenCV's kernel and border rule), ``elastic_transform``
+(OpenCV's affine warp, sample positions rounded to 1/32 pixel as it does) and, given the shared
 primitives of :mod:`rsmooth.corruptions.ops`, ``gaussian_blur``, ``glass_blur``, ``zoom_blur``,
 ``fog`` and the mud of ``spatter`` (severities 4-5).
 
-Approximated: ``elastic_transform`` interpolates the affine warp exactly where OpenCV's
-``warpAffine`` rounds sample positions to 1/32 pixel; ``motion_blur`` and ``snow`` use
-:func:`ops.motion_blur`, a NumPy rendering of ImageMagick's ``MotionBlurImage`` (rounded to 8 bits
-as the authors' PNG round trip); the water of ``spatter`` (severities 1-3) finds the drops' edges
+Approximated: ``motion_blur`` and ``snow`` use :func:`ops.motion_blur`, a NumPy rendering of
+ImageMagick's ``MotionBlurImage`` (rounded to 8 bits as the authors' PNG round trip); the water of ``spatter`` (severities 1-3) finds the drops' edges
 with :func:`ops.canny` (scikit-image's Canny: interpolated non-maximum suppression, L2 gradient
 norm, no border edges) where the authors call OpenCV's Canny (L1 norm), and measures the distance
 to them exactly where OpenCV's ``distanceTransform`` uses a 5x5 chamfer approximation; the rest
@@ -277,16 +276,18 @@ def elastic_transform(x: np.ndarray, severity: int, rng: np.random.Generator) ->
     alpha, sigma, shift = size * np.array([(0, 0, 0.08), (0.05, 0.2, 0.07), (0.08, 0.06, 0.06),
                                            (0.1, 0.04, 0.05), (0.1, 0.03, 0.03)][severity - 1])
     # cv2.getAffineTransform of three (col, row) points moved by U(-shift, shift), then
-    # cv2.warpAffine (bilinear, border reflect-101): output (col, row) samples inverse @ (col, row, 1)
+    # cv2.warpAffine (bilinear, border reflect-101): output (col, row) samples inverse @ (col, row, 1),
+    # which OpenCV computes in 1/1024-pixel fixed point and rounds to 1/32 pixel
     centre, half = np.array([w // 2, h // 2], dtype=np.float64), size // 3
     src = np.array([centre + half, [centre[0] + half, centre[1] - half], centre - half])
     dst = src + rng.uniform(-shift, shift, size=src.shape)
     inverse = np.linalg.solve(np.hstack([dst, np.ones((3, 1))]), src).T
-    matrix, offset = inverse[::-1, 1::-1], inverse[::-1, 2]
-    warped = [ndimage.affine_transform(x[..., k], matrix, offset, order=1, mode="mirror") for k in range(x.shape[2])]
+    rows, cols = np.mgrid[0:h, 0:w].astype(np.float64)
+    at = [np.floor((np.rint((a[1] * rows + a[2]) * 1024) + np.rint(a[0] * cols * 1024) + 16) / 32) / 32
+          for a in inverse[::-1]]  # source row, source col
+    warped = [ndimage.map_coordinates(x[..., k], at, order=1, mode="mirror") for k in range(x.shape[2])]
     dx, dy = (ops.gaussian(rng.uniform(-1.0, 1.0, size=(h, w)), sigma, mode="reflect", truncate=3.0) * alpha
               for _ in range(2))
-    rows, cols = np.mgrid[0:h, 0:w].astype(np.float64)
     coords = np.stack([rows + dy, cols + dx])
     out = [ndimage.map_coordinates(p, coords, order=1, mode="reflect") for p in warped]
     return np.clip(np.stack(out, axis=-1), 0.0, 1.0)
