@@ -21,11 +21,12 @@ primitives of :mod:`rsmooth.corruptions.ops`, ``gaussian_blur``, ``glass_blur``,
 ``fog`` and the mud of ``spatter`` (severities 4-5).
 
 Approximated: ``motion_blur`` and ``snow`` use :func:`ops.motion_blur`, a NumPy rendering of
-ImageMagick's ``MotionBlurImage`` (rounded to 8 bits as the authors' PNG round trip); the water of ``spatter`` (severities 1-3) finds the drops' edges
-with :func:`ops.canny` (scikit-image's Canny: interpolated non-maximum suppression, L2 gradient
-norm, no border edges) where the authors call OpenCV's Canny (L1 norm), and measures the distance
-to them exactly where OpenCV's ``distanceTransform`` uses a 5x5 chamfer approximation; the rest
-of that pipeline (box blurs, histogram equalisation, emboss kernel, uint8 steps) follows OpenCV.
+ImageMagick's ``MotionBlurImage`` (rounded to 8 bits as the authors' PNG round trip); the water
+of ``spatter`` (severities 1-3) finds the drops' edges with :func:`ops.canny` (scikit-image's
+Canny: interpolated non-maximum suppression, L2 gradient norm, no border edges) where the authors
+call OpenCV's Canny (L1 norm), and measures the distance to them exactly where OpenCV's
+``distanceTransform`` uses a 5x5 chamfer approximation; the rest of that pipeline (box blurs,
+histogram equalisation, emboss kernel, uint8 steps) follows OpenCV.
 """
 from __future__ import annotations
 
