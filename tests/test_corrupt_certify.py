@@ -68,7 +68,8 @@ def test_plan_files_and_levels(fake_suites, monkeypatch):
                                                                   ("_flat", None, "_flat.tsv")]
     plan = corruption_plan("digits", "_noisy,_flat", "all", suite="cifar10-c")  # levels of their own
     assert [p.file for p in plan] == ["_noisy-s1.tsv", "_noisy-s2.tsv", "_noisy-s3.tsv", "_flat.tsv"]
-    assert [p.file for p in corruption_plan("digits", "_noisy", "1,3")] == ["_noisy-s1.tsv", "_noisy-s3.tsv"]
+    assert [p.file for p in corruption_plan("digits", "_noisy,_flat", "1,3")] == [
+        "_noisy-s1.tsv", "_noisy-s3.tsv", "_flat.tsv"]
     monkeypatch.setitem(__import__("rsmooth.corruptions").corruptions.BENCHMARK, "mnist-c", ("_flat", "frost"))
     notes = []
     assert [p.file for p in corruption_plan("digits", "all", log=notes.append)] == ["_flat.tsv"]
@@ -146,3 +147,12 @@ def test_models_know_the_corrupted_datasets():
             assert default_arch(name) == default_arch(cls.clean)
     model = create_model("lenet", "mnist-c")
     assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+
+
+def test_preview_grid(fake_suites, tmp_path, capsys):
+    out = tmp_path / "p.png"
+    assert main(["preview-corruptions", "--dataset", "digits", "--corruption", "_noisy,_flat", "--severity", "1,3",
+                 "--corruption-suite", "cifar10-c", "--examples", "2", "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "preview:" in capsys.readouterr().out
+    with pytest.raises(RsmoothError, match="--start 999 is past the last test example"):
+        main(["preview-corruptions", "--corruption", "_flat", "--start", "999", "--out", str(out), "--debug"])

@@ -479,6 +479,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_foreign_flags(d)
     d.set_defaults(func=cmd_demo)
 
+    pv = sub.add_parser("preview-corruptions", help="a PNG grid of corrupted test images",
+                        description="Look at corruptions before certifying on them: the first --examples test "
+                        "images, clean (for generated corruptions) and under each (corruption, severity), "
+                        "as 'rsmooth certify' would see them (same --corruption-seed).")
+    pv.add_argument("--dataset", default=DEFAULT_DATASET, choices=DATASETS.names(), help=f"default: {DEFAULT_DATASET}")
+    pv.add_argument("--out", required=True, help="image file: .png, .pdf or .svg")
+    pv.add_argument("--examples", type=_integer, default=4, help="test images, one per row (default: 4)")
+    pv.add_argument("--start", type=_integer, default=0, help="index of the first test image (default: 0)")
+    _add_corruption_flags(pv)
+    pv.add_argument("--data-dir", help="where datasets live or are downloaded to "
+                    "(default: $RSMOOTH_DATA, then ~/.cache/rsmooth/data)")
+    pv.set_defaults(func=cmd_preview_corruptions)
+
     ls = sub.add_parser("list", help="list datasets, architectures, methods, presets and corruptions",
                         description="Without KIND: every kind, wrapped. With KIND: one per line "
                         "(presets with the paper table they reproduce).")
@@ -640,6 +653,15 @@ def cmd_analyze(args: argparse.Namespace) -> None:
 
     print(analyze(args.results, radii=args.radii, fmt=args.format, labels=args.labels,
                   plot=args.plot, as_json=args.json))
+
+
+def cmd_preview_corruptions(args: argparse.Namespace) -> None:
+    from .engine.corrupt_certify import preview_corruptions
+
+    out = preview_corruptions(args.dataset, args.out, corruptions=args.corruption or "all", severities=args.severity,
+                              examples=args.examples, start=args.start, seed=args.corruption_seed,
+                              suite=args.corruption_suite, data_dir=args.data_dir)
+    print(f"preview: {out}")
 
 
 def cmd_demo(args: argparse.Namespace) -> None:

@@ -24,7 +24,8 @@ from ..errors import RsmoothError, check
 from ..paths import check_output_dir
 from . import distributed
 
-__all__ = ["PlanItem", "corruption_plan", "certify_corruptions", "parse_corruptions", "parse_severities"]
+__all__ = ["PlanItem", "corruption_plan", "certify_corruptions", "preview_corruptions", "parse_corruptions",
+           "parse_severities"]
 
 Names = Union[str, Sequence[str]]
 Levels = Union[None, str, int, Sequence[int]]
@@ -66,7 +67,8 @@ def corruption_plan(dataset: str, corruptions: Names = "all", severities: Levels
 
     A published corrupted dataset offers its files (CIFAR-C: severities 1-5; MNIST-C: one level
     each); any other dataset offers the corruptions of ``suite`` (default: MNIST-C's for grey
-    images, CIFAR-10-C's for colour ones), whose default level is the benchmark's.
+    images, CIFAR-10-C's for colour ones), whose default level is the benchmark's.  Severities
+    asked for apply to the corruptions that have levels; the others get their one file.
     """
     from ..data import DATASETS
 
@@ -77,11 +79,13 @@ def corruption_plan(dataset: str, corruptions: Names = "all", severities: Levels
         suite_name = "cifar10-c" if cls.severities else "mnist-c"
         available = list(published)
         levels_of = lambda name: list(cls.severities) or [None]  # noqa: E731
+        has_levels = lambda name: True  # noqa: E731  (MNIST-C's loader refuses a severity itself)
     else:
         suite_name = suite or default_suite(cls.info.input_shape[0])
         s = get_suite(suite_name)
         available = s.names()
         levels_of = lambda name: (suite_name == "cifar10-c" and list(s.get(name).severities)) or [None]  # noqa: E731
+        has_levels = lambda name: bool(s.get(name).severities)  # noqa: E731
     names: List[str] = []
     for token in parse_corruptions(corruptions):
         if token == "all":
@@ -101,7 +105,7 @@ def corruption_plan(dataset: str, corruptions: Names = "all", severities: Levels
     asked = parse_severities(severities)
     plan: List[PlanItem] = []
     for name in names:
-        for level in (asked if asked is not None else levels_of(name)):
+        for level in (asked if asked is not None and has_levels(name) else levels_of(name)):
             file = f"{name}.tsv" if level is None else f"{name}-s{level}.tsv"
             plan.append(PlanItem(name, level, file))
     return plan
@@ -138,3 +142,31 @@ def certify_corruptions(checkpoint: str, out: Union[str, Path], *, corruptions: 
                               severity=item.severity, corruption_suite=corruption_suite, device=device,
                               trust_pickle=trust_pickle, model_options=model_options, log=log, **kwargs)
     return folder
+
+
+def preview_corruptions(dataset: str, out: Union[str, Path], *, corruptions: Names = "all",
+                        severities: Levels = "all", examples: int = 4, start: int = 0, seed: int = 0,
+                        suite: Optional[str] = None, data_dir: Optional[str] = None,
+                        log: Callable[[str], None] = print) -> Path:
+    """A PNG (or .pdf/.svg) grid: the clean test images ``start..start+examples-1`` and, column
+    by column, the same images under each item of :func:`corruption_plan`; returns ``out``."""
+    import torch
+
+    from ..data import DATASETS, get_dataset
+    from ..report import plot_corruptions
+    from ..smoothing import validate_count
+
+    examples = validate_count("--examples", examples)
+    plan = corruption_plan(dataset, corruptions, severities, suite, log)
+    published = bool(getattr(DATASETS.get(dataset), "published_corruptions", None))  # its clean set may be absent
+    first = get_dataset(dataset, "test", data_dir=data_dir, corruption=plan[0].corruption,
+                        severity=plan[0].severity, corruption_seed=seed, corruption_suite=suite)
+    check(start < len(first), f"--start {start} is past the last test example (index {len(first) - 1})")
+    idx = torch.arange(start, min(start + examples, len(first)))
+    columns = [] if published else [("clean", get_dataset(dataset, "test", data_dir=data_dir).get_batch(idx)[0].numpy())]
+    for item in plan:
+        data = get_dataset(dataset, "test", data_dir=data_dir, corruption=item.corruption, severity=item.severity,
+                           corruption_seed=seed, corruption_suite=suite)
+        label = item.corruption if item.severity is None else f"{item.corruption} s{item.severity}"
+        columns.append((label, data.get_batch(idx)[0].numpy()))
+    return plot_corruptions(columns, out, title=f"{dataset} test images {start}-{int(idx[-1])}")

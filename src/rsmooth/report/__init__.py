@@ -5,7 +5,7 @@ when a plot is drawn.  ``rsmooth analyze`` prints :func:`analyze`'s text, and
 :func:`corruption_tables`'s for folders of corruption results.
 """
 from .corruptions import corruption_tables
-from .plots import plot_certified_accuracy
+from .plots import plot_certified_accuracy, plot_corruptions
 from .summary import FileSummary, analyze, parse_radii, summarize, to_json
 from .tables import TABLE_FORMATS, TableFormat, format_table
 
@@ -15,6 +15,7 @@ __all__ = [
     "format_table",
     "to_json",
     "plot_certified_accuracy",
+    "plot_corruptions",
     "analyze",
     "corruption_tables",
     "parse_radii",

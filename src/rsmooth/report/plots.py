@@ -85,6 +85,11 @@ def plot_certified_accuracy(summaries: Sequence[FileSummary], out: PathLike,
     ax.legend(loc="upper right")
     fig.tight_layout()
 
+    return _save(fig, out, fmt)
+
+
+def _save(fig, out: Path, fmt: str) -> Path:
+    """Write ``fig`` to ``out`` (parents created); one-line error when it cannot be written."""
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out, dpi=150, format=fmt)
@@ -98,4 +103,34 @@ def plot_certified_accuracy(summaries: Sequence[FileSummary], out: PathLike,
     return out
 
 
-__all__ = ["plot_certified_accuracy", "plot_format", "PLOT_FORMATS", "RADIUS_LABEL"]
+def plot_corruptions(columns: Sequence[tuple], out: PathLike, title: str = "") -> Path:
+    """A grid of corrupted images: one column per ``(label, images)``, images uint8 or float
+    [N, C, H, W] (the same N in every column), one row per image; written to ``out``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    out = Path(out)
+    fmt = plot_format(out)
+    if not columns:
+        raise RsmoothError("no corruptions to show")
+    rows = len(columns[0][1])
+    fig = Figure(figsize=(0.9 * len(columns) + 0.2, 0.95 * rows + 0.5))
+    FigureCanvasAgg(fig)
+    for j, (label, images) in enumerate(columns):
+        images = np.asarray(images)
+        images = images.astype(np.float32) / 255.0 if images.dtype == np.uint8 else images
+        for i in range(rows):
+            ax = fig.add_subplot(rows, len(columns), i * len(columns) + j + 1)
+            img = np.clip(images[i].transpose(1, 2, 0), 0.0, 1.0)
+            ax.imshow(img[..., 0] if img.shape[-1] == 1 else img, cmap="gray", vmin=0.0, vmax=1.0,
+                      interpolation="nearest")
+            ax.set_axis_off()
+            if i == 0:
+                ax.set_title(label, fontsize=6)
+    if title:
+        fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    return _save(fig, out, fmt)
+
+
+__all__ = ["plot_certified_accuracy", "plot_corruptions", "plot_format", "PLOT_FORMATS", "RADIUS_LABEL"]
