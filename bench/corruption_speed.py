@@ -50,6 +50,7 @@ def main() -> None:
         smooth.certify(torch.from_numpy(grey[i]), 100, args.n, 0.001, 256, generator=torch.Generator().manual_seed(i))
     cert_s = (time.perf_counter() - t0) / 3
     print(f"certifying one Fashion-MNIST image (LeNet, n0 100, n {args.n}): {cert_s:.2f} s\n")
+    corrupt(grey[:2], "identity", None, suite="mnist-c", seed=0, indices=range(2))  # warm up
     print("| suite | corruption | level | images/s | generate / certify |")
     print("| --- | --- | ---: | ---: | ---: |")
     for suite, images in (("mnist-c", grey), ("cifar10-c", colour)):
