@@ -156,3 +156,19 @@ def test_preview_grid(fake_suites, tmp_path, capsys):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "preview:" in capsys.readouterr().out
     with pytest.raises(RsmoothError, match="--start 999 is past the last test example"):
         main(["preview-corruptions", "--corruption", "_flat", "--start", "999", "--out", str(out), "--debug"])
+
+
+def test_plan_of_the_published_datasets():
+    from rsmooth.corruptions import BENCHMARK, HELD_OUT
+
+    plan = corruption_plan("cifar10-c", "all", "all")
+    assert len(plan) == 75 and plan[0].file == "gaussian_noise-s1.tsv" and plan[-1].file == "jpeg_compression-s5.tsv"
+    assert [p.corruption for p in plan[::5]] == list(BENCHMARK["cifar10-c"])
+    assert [p.file for p in corruption_plan("cifar100-c", "held-out", "2")] == [
+        f"{c}-s2.tsv" for c in HELD_OUT["cifar10-c"]]
+    assert [p.file for p in corruption_plan("mnist-c", "all,identity")] == [
+        f"{c}.tsv" for c in BENCHMARK["mnist-c"]] + ["identity.tsv"]
+    with pytest.raises(RsmoothError, match="published corrupted dataset; drop --corruption-suite"):
+        corruption_plan("mnist-c", "all", suite="mnist-c")
+    with pytest.raises(RsmoothError, match="no held-out corruptions"):
+        corruption_plan("mnist-c", "held-out")
