@@ -258,3 +258,17 @@ def test_targets_shards_and_torchrun_give_the_one_process_file(model, tmp_path, 
     assert p.returncode == 0, stderr
     assert stdout.count("targets:") == 1 and ranks.read_bytes() == one.read_bytes()
     assert Path(f"{ranks}.json").read_text() == Path(f"{one}.json").read_text()
+
+
+def test_torchrun_corruption_folder_equals_one_process(model, tmp_path):
+    """'certify --corruption a,b' under torchrun: every file sharded over the ranks, merged by rank 0,
+    the same rows as one process (generated corruptions are made per example, wherever)."""
+    flags = [*FAST, "--corruption", "stripe,shot_noise"]
+    assert certify(model, tmp_path / "one", *flags) == 0
+    p = torchrun("certify", "--checkpoint", model, *flags, "--out", tmp_path / "ranks")
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    for name in ("stripe.tsv", "shot_noise.tsv"):
+        assert rows(tmp_path / "ranks" / name) == rows(tmp_path / "one" / name)
+    assert sorted(q.name for q in (tmp_path / "ranks").iterdir() if not q.name.endswith(".lock")) == [
+        "shot_noise.tsv", "shot_noise.tsv.json", "stripe.tsv", "stripe.tsv.json"]
