@@ -172,3 +172,11 @@ def test_plan_of_the_published_datasets():
         corruption_plan("mnist-c", "all", suite="mnist-c")
     with pytest.raises(RsmoothError, match="no held-out corruptions"):
         corruption_plan("mnist-c", "held-out")
+
+
+@pytest.mark.parametrize("command", [["train", "--out", "x"], ["targets", "--checkpoint", "c", "--out", "x"],
+                                     ["pipeline", "catrs", "--out", "x"]])
+def test_corrupted_test_sets_are_not_trained_on(command, capsys):
+    with pytest.raises(SystemExit):
+        main([*command, "--dataset", "cifar10-c"])
+    assert "invalid choice: 'cifar10-c'" in capsys.readouterr().err

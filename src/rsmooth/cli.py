@@ -266,6 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="on an error, show the Python traceback "
                         "instead of one line (also RSMOOTH_DEBUG=1); may be given anywhere")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    # the published corrupted test sets (cifar10-c, ...) are certified on, never trained on
+    trainable = [n for n in DATASETS.names() if not getattr(DATASETS.get(n), "published_corruptions", None)]
 
     # train ------------------------------------------------------------------------------
     t = sub.add_parser("train", help="train a base classifier",
@@ -274,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "OUT/train.log. " + UNITS)
     t.add_argument("--preset", help="start from a paper's settings, e.g. fashion-mnist/gaussian/0.25 "
                    "('rsmooth list' shows them); flags given here override it")
-    t.add_argument("--dataset", choices=DATASETS.names(),
+    t.add_argument("--dataset", choices=trainable,
                    help=f"training data (default: {DEFAULT_DATASET}, built in, no download)")
     t.add_argument("--method", choices=METHODS.names(), help="training method (default: gaussian)")
     t.add_argument("--sigma", type=float,
@@ -393,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "Gaussian-trained model for every training image (CAT-RS y_hat, Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) "
                         "App. C.5): OUT (.npy, N x K) and OUT.json. Resumable: rerun to continue. " + UNITS)
     tg.add_argument("--checkpoint", required=True, help="a Gaussian-trained model (sigma 0.25 in the papers)")
-    tg.add_argument("--dataset", choices=DATASETS.names(), help="default: the checkpoint's")
+    tg.add_argument("--dataset", choices=trainable, help="default: the checkpoint's")
     tg.add_argument("--num-samples", type=_integer, default=10_000, help="noises per image (papers: 10000; ImageNet 500)")
     tg.add_argument("--sigma", type=float, help="noise level, [0,1] pixel units (default: the checkpoint's)")
     tg.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE)
@@ -422,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "same budget) and analyze. Each step is skipped when its output exists and matches, "
                         "and continues when interrupted. " + UNITS)
     pl.add_argument("recipe", choices=["catrs"], help="the recipe to run")
-    pl.add_argument("--dataset", default=DEFAULT_DATASET, choices=DATASETS.names())
+    pl.add_argument("--dataset", default=DEFAULT_DATASET, choices=trainable)
     pl.add_argument("--sigma", type=float, default=0.25, help="training and certification noise level")
     pl.add_argument("--epochs", type=_integer, help="epochs of every model (default: the presets')")
     pl.add_argument("--batch-size", type=_integer, help="batch size of every model")
