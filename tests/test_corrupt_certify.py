@@ -113,7 +113,7 @@ def test_cli_folder_resume_shards_and_merge(fake_suites, ckpt, tmp_path, capsys)
     assert "| corruption | one | sharded |" in table and "_noisy (not in mean)" in table
     with pytest.raises(RsmoothError, match="--corruptions takes folders"):
         main(["analyze", str(folder / "_flat.tsv"), "--corruptions", str(folder), "--debug"])
-    with pytest.raises(RsmoothError, match="--paper goes with --corruptions"):
+    with pytest.raises(RsmoothError, match="--paper never goes with --corruptions"):
         main(["analyze", str(folder / "_flat.tsv"), "--paper", "never", "--debug"])
     # one corruption and severity into a .tsv stays one file
     one = tmp_path / "one.tsv"

@@ -456,9 +456,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "mACR and mAcc (Table 13), and per corruption for each severity (Tables 14-23), or per "
                    "corruption without severities as MNIST-C (Tables 24-25)")
     a.add_argument("--severity", help="with --corruptions: only this severity's tables (default: all)")
-    a.add_argument("--paper", default="auto", choices=["auto", "always", "never"],
-                   help="with --corruptions: the paper's numbers beside ours when the dataset, sigma and method "
-                   "match (auto), always (marked not comparable when they do not), or never")
+    a.add_argument("--paper", metavar="TABLE",
+                   help="with certify files: a paper table (e.g. catrs:table4 = Jeong, Kim, Shin 2023, CAT-RS, "
+                   "arXiv 2212.09000, Table 4, Fashion-MNIST) whose published ACR and certified accuracy follow "
+                   "our rows, one row per (method, sigma) that matches a file's dataset, sigma and method (the "
+                   "whole table, marked for reference, when none does); 'list' lists the tables. With "
+                   "--corruptions: auto (default: the paper's numbers beside ours when the dataset, sigma and "
+                   "method match), always (marked not comparable when they do not) or never")
     a.add_argument("--radii", type=float, nargs="+", help="radii for the columns (default: 0 to the largest radius, step 0.25)")
     a.add_argument("--format", default="markdown", choices=["markdown", "latex", "csv"], help="table format")
     a.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -639,22 +643,37 @@ def cmd_pipeline(args: argparse.Namespace) -> None:
 
 def cmd_analyze(args: argparse.Namespace) -> None:
     from .report import analyze, corruption_tables
+    from .report.corruptions import PAPER_MODES
+    from .report.paper import PAPER_TABLES, check_table_id, list_tables
 
+    if args.paper == "list":
+        print(list_tables())
+        return
+    if args.corruptions and args.paper not in (None, *PAPER_MODES):
+        raise RsmoothError(f"--paper {args.paper}: with --corruptions choose one of {', '.join(PAPER_MODES)}")
+    if not args.corruptions and args.paper in PAPER_MODES:
+        raise RsmoothError(f"--paper {args.paper} goes with --corruptions FOLDER...; for certify files give a "
+                           f"table: {', '.join(PAPER_TABLES)}")
+    if not args.corruptions and args.paper is not None:
+        try:
+            check_table_id(args.paper)
+        except RsmoothError:
+            raise RsmoothError(f"--paper {args.paper}: unknown table; choose one of {', '.join(PAPER_TABLES)} "
+                               f"('--paper list' describes them)") from None
     if args.corruptions:
         if args.results or args.radii or args.plot:
             raise RsmoothError("--corruptions takes folders of corruption results and prints their tables; "
                                "give certify files (with --radii, --plot) in another 'rsmooth analyze' call")
         print(corruption_tables(args.corruptions, labels=args.labels, fmt=args.format, severity=args.severity,
-                                as_json=args.json, paper=args.paper))
+                                as_json=args.json, paper=args.paper or "auto"))
         return
     if not args.results:
         raise RsmoothError("analyze needs certify TSV files, or --corruptions FOLDER... for corruption results")
-    for flag, value in (("--severity", args.severity), ("--paper", None if args.paper == "auto" else args.paper)):
-        if value is not None:
-            raise RsmoothError(f"{flag} goes with --corruptions FOLDER...")
+    if args.severity is not None:
+        raise RsmoothError("--severity goes with --corruptions FOLDER...")
 
     print(analyze(args.results, radii=args.radii, fmt=args.format, labels=args.labels,
-                  plot=args.plot, as_json=args.json))
+                  plot=args.plot, as_json=args.json, paper=args.paper))
 
 
 def cmd_preview_corruptions(args: argparse.Namespace) -> None:

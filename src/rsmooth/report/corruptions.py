@@ -22,13 +22,13 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ..corruptions import BENCHMARK, HELD_OUT
 from ..errors import RsmoothError, check
 from ..metrics import acr, certified_accuracy, read_certify_tsv, read_sidecar
+from .paper import read_package_tsv
 from .summary import _distinct_suffixes, _sigma_from_meta
 from .tables import TableFormat, _latex_escape, _percent, check_format
 
@@ -75,8 +75,7 @@ class PaperValue(NamedTuple):
 @functools.lru_cache(maxsize=1)
 def paper_numbers() -> Tuple[PaperValue, ...]:
     """Tables 13-25 of Jeong, Kim, Shin 2023 (CAT-RS, arXiv 2212.09000, App. H and I), as printed."""
-    text = resources.files(__package__).joinpath("paper_corruptions.tsv").read_text(encoding="utf-8")
-    rows = csv.DictReader((ln for ln in text.splitlines() if not ln.startswith("#")), delimiter="\t")
+    rows = read_package_tsv("paper_corruptions.tsv")
     return tuple(PaperValue(int(r["table"]), r["dataset"], r["corruption"],
                             int(r["severity"]) if r["severity"] else None, r["method"], r["metric"],
                             float(r["value"]), float(r["sigma"]) if r["sigma"] else None)

@@ -207,20 +207,35 @@ def to_json(summaries: Sequence[FileSummary]) -> dict:
 
 def analyze(paths: Sequence[PathLike], radii: Radii = None, fmt: str = "markdown",
             labels: Optional[Sequence[str]] = None, plot: Optional[PathLike] = None,
-            as_json: bool = False) -> str:
+            as_json: bool = False, paper: Optional[str] = None) -> str:
     """What ``rsmooth analyze`` prints: a table (``fmt`` markdown|latex|csv) or, with
     ``as_json``, the JSON of :func:`to_json`; writes the certified-accuracy plot to
-    ``plot`` when given, in the format its extension names (.png, .pdf, .svg)."""
+    ``plot`` when given, in the format its extension names (.png, .pdf, .svg).
+
+    ``paper``: a table id of :data:`rsmooth.report.paper.PAPER_TABLES` (``"catrs:table4"``): its
+    published rows that match a file's sidecar (dataset, sigma, method) follow ours, at our radii
+    (:func:`rsmooth.report.paper.paper_rows_for`); in JSON under ``"paper"``."""
+    from .paper import check_table_id, paper_rows_for
     from .plots import plot_certified_accuracy, plot_format
-    from .tables import check_format, format_table  # local: avoid an import cycle
+    from .tables import _table_radii, check_format, format_table  # local: avoid an import cycle
 
     if not as_json:
         check_format(fmt)
+    if paper is not None:
+        check_table_id(paper)
     if plot is not None:
         plot_format(plot)
     summaries = summarize(paths, radii=radii, labels=labels)
     if plot is not None:
         plot_certified_accuracy(summaries, plot)
+    rows, notes = paper_rows_for([s.meta for s in summaries], paper) if paper is not None else ([], [])
     if as_json:
-        return json.dumps(to_json(summaries), indent=2)
-    return format_table(summaries, fmt=fmt)
+        out = to_json(summaries)
+        if paper is not None:
+            radii = _table_radii(summaries, None)
+            out["paper"] = {"table": paper, "notes": notes, "rows": [
+                {"label": r.label, "method": r.method, "dataset": r.dataset, "sigma": r.sigma, "acr": r.acr,
+                 "certified_accuracy_percent": {str(float(x)): r.accuracy_at(x) for x in radii}}
+                for r in rows]}
+        return json.dumps(out, indent=2)
+    return format_table(summaries, fmt=fmt, paper_rows=rows, notes=notes)

@@ -13,12 +13,15 @@ import csv
 import enum
 import io
 import math
-from typing import List, Sequence
+from typing import List, Sequence, TYPE_CHECKING
 
 
 from ..errors import RsmoothError
 from ..metrics import certified_accuracy
 from .summary import FileSummary, Radii, _resolve_radii
+
+if TYPE_CHECKING:
+    from .paper import PaperRow
 
 
 class TableFormat(str, enum.Enum):
@@ -83,20 +86,22 @@ def _latex_escape(text: str) -> str:
 
 
 def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
-                 fmt: str = "markdown") -> str:
+                 fmt: str = "markdown", paper_rows: Sequence["PaperRow"] = (),
+                 notes: Sequence[str] = ()) -> str:
     """Render summaries as a markdown, LaTeX (booktabs) or CSV table.
 
     Rows are the result files (their labels), columns ``examples`` (test examples), ``ACR``
     then certified accuracy (%) at each radius; ``radii`` defaults to the radii the summaries
     were computed at.  Markdown and LaTeX round as the papers do; CSV keeps full precision.
     LaTeX bolds the best value of each ACR/accuracy column (ties all bold; not for a
-    single row or a best value of 0).
+    single row or a best value of 0).  ``paper_rows`` (:mod:`rsmooth.report.paper`) follow our
+    rows, blank where the paper has no value, never bold; ``notes`` follow the table.
     """
     fmt = check_format(fmt)
     if not summaries:
         raise RsmoothError("no summaries to tabulate")
     radii = _table_radii(summaries, radii)
-    with_sigma = any(s.sigma is not None for s in summaries)
+    with_sigma = any(s.sigma is not None for s in summaries) or bool(paper_rows)
     full = fmt is TableFormat.CSV
 
     head = ["model"] + (["sigma"] if with_sigma else []) + ["examples", "ACR"]
@@ -111,24 +116,33 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
         acc = [_percent(a, s.num_examples) for a in _accuracy_at(s, radii)]
         row += [repr(a) if full else f"{a:.1f}" for a in acc]
         rows.append(row)
+    ours = len(rows)
+    for p in paper_rows:
+        acc = [p.accuracy_at(r) for r in radii]
+        rows.append([p.label] + ([repr(p.sigma) if full else f"{p.sigma:.2f}"] if with_sigma else [])
+                    + ["", repr(p.acr) if full else f"{p.acr:.3f}"]
+                    + ["" if a is None else repr(a) if full else f"{a:.1f}" for a in acc])
 
     if fmt is TableFormat.CSV:
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(head)
         writer.writerows(rows)
+        if notes:
+            writer.writerow([])
+            writer.writerows([f"note: {n}"] for n in notes)
         return buf.getvalue().rstrip("\n")
 
     if fmt is TableFormat.MARKDOWN:
         align = ["---"] + ["---:"] * (len(head) - 1)
         lines = ["| " + " | ".join(r) + " |" for r in (head, align, *rows)]
-        return "\n".join(lines)
+        return "\n".join(lines + ([""] if notes else []) + [f"Note: {n}" for n in notes])
 
     # LaTeX with booktabs; bold the best (displayed) value of each metric column.
     body = [[_latex_escape(row[0])] + row[1:] for row in rows]
-    if len(rows) > 1:
+    if ours > 1:
         for col in range(n_fixed, len(head)):
-            values = [float(row[col]) for row in rows]
+            values = [float(row[col]) for row in rows[:ours]]
             best = max(values)
             if best > 0 and not math.isnan(best):
                 for row, v in zip(body, values):
@@ -150,6 +164,7 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
         *(" & ".join(row) + r" \\" for row in body),
         r"\bottomrule",
         r"\end{tabular}",
+        *(f"% note: {n}" for n in notes),
     ]
     return "\n".join(lines)
 
