@@ -163,3 +163,11 @@ def test_cli_paper_errors(fm025, capsys, argv, message):
     assert main(["analyze", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_corrupted_test_set_matches_no_clean_table(tmp_path):
+    meta = {"dataset": "fashion-mnist", "sigma": 0.25, "method": "gaussian"}
+    fog = _certify(tmp_path / "fog.tsv", {**meta, "corruption": {"name": "fog", "severity": 5}})
+    clean = _certify(tmp_path / "id.tsv", {**meta, "corruption": {"name": "identity", "severity": None}})
+    assert "shown for reference" in analyze([fog], paper="catrs:table4", radii=[0])
+    assert "shown for reference" not in analyze([clean], paper="catrs:table4", radii=[0])

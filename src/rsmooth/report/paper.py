@@ -109,13 +109,15 @@ def paper_table(table_id: str) -> List[PaperRow]:
 
 def paper_rows_for(metas: Sequence[Optional[dict]], table_id: str) -> Tuple[List[PaperRow], List[str]]:
     """The rows of ``table_id`` whose (dataset, sigma, method) match one of the sidecars ``metas``
-    (all the table's rows, with a note, when none does), and the notes to print under the table."""
+    (all the table's rows, with a note, when none does), and the notes to print under the table.
+    A file certified on a corrupted test set matches no clean table."""
     rows = paper_table(table_id)
 
     def matches(row: PaperRow, meta: Optional[dict]) -> bool:
         sigma = _sigma_from_meta(meta)
-        return (bool(meta) and meta.get("dataset") == row.dataset and meta.get("method") == row.method
-                and sigma is not None and math.isclose(sigma, row.sigma))
+        corrupted = bool(meta) and (meta.get("corruption") or {}).get("name", "identity") != "identity"
+        return (bool(meta) and not corrupted and meta.get("dataset") == row.dataset
+                and meta.get("method") == row.method and sigma is not None and math.isclose(sigma, row.sigma))
 
     matched = [r for r in rows if any(matches(r, m) for m in metas)]
     paper, table = table_id.split(":")
