@@ -255,7 +255,7 @@ def _method_args(args: argparse.Namespace, method: str) -> Dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .data import DATASETS, DEFAULT_DATASET
+    from .data import DATASETS, DEFAULT_DATASET, published_release
     from .methods import METHODS
 
     parser = _Parser(
@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "instead of one line (also RSMOOTH_DEBUG=1); may be given anywhere")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     # the published corrupted test sets (cifar10-c, ...) are certified on, never trained on
-    trainable = [n for n in DATASETS.names() if not getattr(DATASETS.get(n), "published_corruptions", None)]
+    trainable = [n for n in DATASETS.names() if not published_release(n)]
 
     # train ------------------------------------------------------------------------------
     t = sub.add_parser("train", help="train a base classifier",
@@ -548,7 +548,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_certify(args: argparse.Namespace) -> None:
-    from .data import DATASETS
+    from .data import published_release
     from .engine import certify_corruptions, corruption_plan, load_model, run_certification
     from .engine.distributed import world
 
@@ -560,7 +560,7 @@ def cmd_certify(args: argparse.Namespace) -> None:
                   trust_pickle=args.trust_pickle, model_options=_model_options(args))
     dataset = args.dataset
     if args.corruption is None and args.severity is None and (
-            dataset is None or not getattr(DATASETS.get(dataset), "published_corruptions", None)):
+            dataset is None or not published_release(dataset)):
         if args.corruption_suite is not None:
             raise RsmoothError("--corruption-suite without --corruption: name the corruption(s) as well")
         out = run_certification(args.checkpoint, args.out, **kwargs)
@@ -731,7 +731,7 @@ def cmd_list(args: argparse.Namespace) -> None:
 def _corruption_listing() -> str:
     """Each suite's corruptions (levels, benchmark membership) and the published corrupted datasets."""
     from .corruptions import BENCHMARK, HELD_OUT, SUITES
-    from .data import DATASETS
+    from .data import DATASETS, published_release
 
     lines = []
     for suite in SUITES.values():
@@ -743,8 +743,8 @@ def _corruption_listing() -> str:
             default = f", default {c.default}" if c.default is not None else ""
             lines.append(f"  {c.name:<18} {where:<9} {levels}{default}")
     for name in DATASETS.names():
-        cls = DATASETS.get(name)
-        if getattr(cls, "published_corruptions", None):
+        cls = published_release(name)
+        if cls:
             levels = f"severities {cls.severities[0]}-{cls.severities[-1]}" if cls.severities else "one level each"
             lines.append(f"published {name} ({levels}): {', '.join(cls.published_corruptions)}")
     return "\n".join(lines)

@@ -26,6 +26,7 @@ from .base import (
     check_fingerprint,
     dataset_info,
     get_dataset,
+    published_release,
 )
 from .download import download_file
 from .subsets import certify_indices
@@ -47,4 +48,5 @@ __all__ = [
     "dataset_info",
     "download_file",
     "get_dataset",
+    "published_release",
 ]

@@ -31,6 +31,7 @@ __all__ = [
     "InMemoryDataset",
     "dataset_info",
     "get_dataset",
+    "published_release",
     "check_fingerprint",
     "search_roots",
     "cache_root",
@@ -109,7 +110,7 @@ def get_dataset(
     """
     cls = DATASETS.get(name)
     check(split in SPLITS, f"unknown split {split!r}; choose one of: {', '.join(SPLITS)}")
-    if getattr(cls, "published_corruptions", None):
+    if published_release(name):
         return cls.load(split, data_dir=data_dir, download=download, corruption=corruption, severity=severity)
     if corruption is None and (severity is not None or corruption_suite is not None):
         raise RsmoothError("a corruption severity or suite without a corruption: pass a corruption name as well")
@@ -119,6 +120,13 @@ def get_dataset(
     from .generated import GeneratedCorruption
 
     return GeneratedCorruption(data, corruption, severity, seed=corruption_seed, suite=corruption_suite)
+
+
+def published_release(name: str) -> Optional[Type["Dataset"]]:
+    """The class of ``name`` when it is a published corrupted test set (``cifar10-c``, ...:
+    attributes ``published_corruptions``, ``severities``, ``suite``, ``clean``), else None."""
+    cls = DATASETS.get(name)
+    return cls if getattr(cls, "published_corruptions", None) else None
 
 
 # ----------------------------------------------------------------------------- roots

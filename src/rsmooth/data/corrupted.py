@@ -52,7 +52,7 @@ from .base import (
     search_roots,
 )
 from .cifar import CIFAR10, CIFAR100
-from .download import _size, download_file
+from .download import _size, download_file, md5_file
 from .mnist import MNIST
 
 __all__ = ["CorruptedLayout", "LAYOUTS", "CIFAR10C", "CIFAR100C", "MNISTC"]
@@ -202,15 +202,7 @@ def _md5(npy: _Npy) -> str:
         return hashlib.md5(npy.raw, usedforsecurity=False).hexdigest()
     key = (str(npy.path), npy.offset, npy.size, os.stat(npy.path).st_mtime_ns)  # type: ignore[arg-type]
     if key not in _MD5_MEMO:
-        digest = hashlib.md5(usedforsecurity=False)
-        with npy.open() as f:
-            left = npy.size
-            while left:
-                block = f.read(min(left, 1 << 20))
-                check(len(block) > 0, f"{npy.where} is truncated")
-                digest.update(block)
-                left -= len(block)
-        _MD5_MEMO[key] = digest.hexdigest()
+        _MD5_MEMO[key] = md5_file(npy.path, offset=npy.offset, size=npy.size)  # type: ignore[arg-type]
     return _MD5_MEMO[key]
 
 
@@ -275,6 +267,8 @@ class _Corrupted(InMemoryDataset):
     severities: ClassVar[Tuple[int, ...]]
     #: The clean dataset (its models and normalisation apply).
     clean: ClassVar[str]
+    #: Whose benchmark it is (:data:`rsmooth.corruptions.BENCHMARK`): ``cifar10-c`` or ``mnist-c``.
+    suite: ClassVar[str]
 
     @classmethod
     def _layout(cls) -> CorruptedLayout:
@@ -398,6 +392,7 @@ class _CifarC(_Corrupted):
     """CIFAR-10-C and CIFAR-100-C: ``<corruption>.npy`` holds the five severities one after another."""
 
     severities = (1, 2, 3, 4, 5)
+    suite = "cifar10-c"
     published_corruptions = BENCHMARK["cifar10-c"] + HELD_OUT["cifar10-c"]
 
     @classmethod
@@ -428,6 +423,7 @@ class MNISTC(_Corrupted):
     clean = "mnist"
     info = replace(MNIST.info, name="mnist-c")
     severities = ()
+    suite = "mnist-c"
     published_corruptions = BENCHMARK["mnist-c"] + ("identity",)
 
     @classmethod

@@ -31,12 +31,21 @@ class _NetworkError(Exception):
     """A mirror failed (unreachable, HTTP error, connection dropped): try the next one."""
 
 
-def md5_file(path: Union[str, "os.PathLike[str]"], chunk_size: int = _CHUNK) -> str:
-    """Hex MD5 of a file, read in chunks."""
+def md5_file(path: Union[str, "os.PathLike[str]"], chunk_size: int = _CHUNK, *, offset: int = 0,
+             size: Optional[int] = None) -> str:
+    """Hex MD5 of a file (or of its ``size`` bytes from ``offset``: a member of a tar), read in chunks."""
     digest = hashlib.md5(usedforsecurity=False)
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk_size), b""):
+        f.seek(offset)
+        left = size
+        while left is None or left > 0:
+            block = f.read(chunk_size if left is None else min(left, chunk_size))
+            if not block:
+                check(left is None, f"{path} is truncated")
+                break
             digest.update(block)
+            if left is not None:
+                left -= len(block)
     return digest.hexdigest()
 
 

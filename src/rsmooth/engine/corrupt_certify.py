@@ -70,22 +70,24 @@ def corruption_plan(dataset: str, corruptions: Names = "all", severities: Levels
     images, CIFAR-10-C's for colour ones), whose default level is the benchmark's.  Severities
     asked for apply to the corruptions that have levels; the others get their one file.
     """
-    from ..data import DATASETS
+    from ..data import DATASETS, published_release
 
-    cls = DATASETS.get(dataset)
-    published = getattr(cls, "published_corruptions", None)
-    if published:
+    release = published_release(dataset)
+    if release:
         check(suite is None, f"{dataset} is a published corrupted dataset; drop --corruption-suite")
-        suite_name = "cifar10-c" if cls.severities else "mnist-c"
-        available = list(published)
-        levels_of = lambda name: list(cls.severities) or [None]  # noqa: E731
-        has_levels = lambda name: True  # noqa: E731  (MNIST-C's loader refuses a severity itself)
+        suite_name, available = release.suite, list(release.published_corruptions)
     else:
-        suite_name = suite or default_suite(cls.info.input_shape[0])
-        s = get_suite(suite_name)
-        available = s.names()
-        levels_of = lambda name: (suite_name == "cifar10-c" and list(s.get(name).severities)) or [None]  # noqa: E731
-        has_levels = lambda name: bool(s.get(name).severities)  # noqa: E731
+        suite_name = suite or default_suite(DATASETS.get(dataset).info.input_shape[0])
+        available = get_suite(suite_name).names()
+
+    def files_of(name: str, asked: Optional[List[int]]) -> List[Optional[int]]:
+        """The levels certified for ``name``: those asked for when it has levels (MNIST-C's
+        loader refuses any), else all of a CIFAR-C benchmark's, else its one (default) level."""
+        levels = list(release.severities) if release else list(get_suite(suite_name).get(name).severities)
+        if asked is not None and (levels or release):
+            return asked
+        return (levels if suite_name == "cifar10-c" else []) or [None]
+
     names: List[str] = []
     for token in parse_corruptions(corruptions):
         if token == "all":
@@ -105,7 +107,7 @@ def corruption_plan(dataset: str, corruptions: Names = "all", severities: Levels
     asked = parse_severities(severities)
     plan: List[PlanItem] = []
     for name in names:
-        for level in (asked if asked is not None and has_levels(name) else levels_of(name)):
+        for level in files_of(name, asked):
             file = f"{name}.tsv" if level is None else f"{name}-s{level}.tsv"
             plan.append(PlanItem(name, level, file))
     return plan
@@ -152,21 +154,19 @@ def preview_corruptions(dataset: str, out: Union[str, Path], *, corruptions: Nam
     by column, the same images under each item of :func:`corruption_plan`; returns ``out``."""
     import torch
 
-    from ..data import DATASETS, get_dataset
+    from ..data import get_dataset, published_release
     from ..report import plot_corruptions
     from ..smoothing import validate_count
 
     examples = validate_count("--examples", examples)
     plan = corruption_plan(dataset, corruptions, severities, suite, log)
-    published = bool(getattr(DATASETS.get(dataset), "published_corruptions", None))  # its clean set may be absent
-    first = get_dataset(dataset, "test", data_dir=data_dir, corruption=plan[0].corruption,
-                        severity=plan[0].severity, corruption_seed=seed, corruption_suite=suite)
-    check(start < len(first), f"--start {start} is past the last test example (index {len(first) - 1})")
-    idx = torch.arange(start, min(start + examples, len(first)))
-    columns = [] if published else [("clean", get_dataset(dataset, "test", data_dir=data_dir).get_batch(idx)[0].numpy())]
-    for item in plan:
-        data = get_dataset(dataset, "test", data_dir=data_dir, corruption=item.corruption, severity=item.severity,
-                           corruption_seed=seed, corruption_suite=suite)
-        label = item.corruption if item.severity is None else f"{item.corruption} s{item.severity}"
-        columns.append((label, data.get_batch(idx)[0].numpy()))
+    # a generated set wraps the clean one, shown first; a published set's clean data may be absent
+    sets = [] if published_release(dataset) else [("clean", get_dataset(dataset, "test", data_dir=data_dir))]
+    sets += [(p.corruption if p.severity is None else f"{p.corruption} s{p.severity}",
+              get_dataset(dataset, "test", data_dir=data_dir, corruption=p.corruption, severity=p.severity,
+                          corruption_seed=seed, corruption_suite=suite)) for p in plan]
+    n = len(sets[0][1])
+    check(start < n, f"--start {start} is past the last test example (index {n - 1})")
+    idx = torch.arange(start, min(start + examples, n))
+    columns = [(label, data.get_batch(idx)[0].numpy()) for label, data in sets]
     return plot_corruptions(columns, out, title=f"{dataset} test images {start}-{int(idx[-1])}")

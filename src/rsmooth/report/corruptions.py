@@ -30,7 +30,7 @@ from ..errors import RsmoothError, check
 from ..metrics import acr, certified_accuracy, read_certify_tsv, read_sidecar
 from .paper import read_package_tsv
 from .summary import _distinct_suffixes, _sigma_from_meta
-from .tables import TableFormat, _latex_escape, _percent, check_format
+from .tables import TableFormat, _latex_escape, _percent, check_format, note_lines
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -51,8 +51,6 @@ _PAPER_SOURCE = {
 }
 _CITATION = ("Jeong, Kim, Shin 2023, Confidence-aware Training of Smoothed Classifiers for "
              "Certified Robustness, arXiv 2212.09000")
-#: datasets whose sidecar names the suite without a "corruption" record
-_DATASET_SUITE = {"cifar10-c": "cifar10-c", "cifar100-c": "cifar10-c", "mnist-c": "mnist-c"}
 _SHARD = re.compile(r"\.shard-\d+-of-\d+$")
 _NAMED = re.compile(r"^(?P<name>.+)-s(?P<severity>\d+)$")
 _METRICS = {"acr": ("ACR", "mACR", 3), "acc": ("certified accuracy (%) at r = 0", "mAcc", 1)}
@@ -146,12 +144,20 @@ def _read_file(path: Path) -> _File:
             severity = int(severity)
         except (TypeError, ValueError):
             raise RsmoothError(f"{path}: severity {severity!r} is not a whole number") from None
-    suite = corr.get("suite") if corr.get("suite") in BENCHMARK else _DATASET_SUITE.get(meta.get("dataset"))
+    suite = corr.get("suite") if corr.get("suite") in BENCHMARK else _published_suite(meta.get("dataset"))
     res = read_certify_tsv(path)
     check(res.n > 0, f"{path}: no certified examples (header only)")
     acc = float(certified_accuracy(res.radius, res.correct, [0.0])[0])
     cell = Cell(str(path), res.n, acr(res.radius, res.correct), _percent(acc, res.n))
     return _File(path, name, severity, suite, meta, corr, cell)
+
+
+def _published_suite(dataset: Optional[str]) -> Optional[str]:
+    """The benchmark of a published corrupted dataset (cifar10-c, cifar100-c, mnist-c), else None."""
+    from ..data import DATASETS, published_release
+
+    release = published_release(dataset) if isinstance(dataset, str) and dataset in DATASETS else None
+    return release.suite if release else None
 
 
 def _one(values: Sequence, what: str, folder: Path):
@@ -173,7 +179,7 @@ def _read_folder(folder: Path) -> ModelResults:
         suite = "cifar10-c" if any(_NAMED.match(f.path.stem) for f in files) else "mnist-c"
     dataset = _one([m.get("dataset") for m in metas], "the dataset", folder)
     source = _one([f.corruption.get("source") for f in files], "the corruption source", folder)
-    if source is None and dataset in _DATASET_SUITE:
+    if source is None and _published_suite(dataset):
         source = "published"
     model = ModelResults(
         folder=str(folder), label="", suite=suite, dataset=dataset, source=source,
@@ -516,15 +522,10 @@ def _render(tables: List[_Table], notes: List[str], fmt: TableFormat) -> str:
             if k:
                 writer.writerow([])
             writer.writerows(_csv_rows(table))
-        if notes:
-            writer.writerow([])
-            writer.writerows([f"note: {n}"] for n in notes)
-        return buf.getvalue().rstrip("\n")
-    markdown = fmt is TableFormat.MARKDOWN
-    blocks = [_markdown(t) if markdown else _latex(t) for t in tables]
-    if notes:
-        blocks.append("\n".join(("Note: " if markdown else "% note: ") + n for n in notes))
-    return "\n\n".join(blocks)
+        blocks = [buf.getvalue().rstrip("\n")]
+    else:
+        blocks = [_markdown(t) if fmt is TableFormat.MARKDOWN else _latex(t) for t in tables]
+    return "\n\n".join(blocks + ([note_lines(notes, fmt)] if notes else []))
 
 
 def _check_severity(severity, models: List[ModelResults]) -> Optional[int]:

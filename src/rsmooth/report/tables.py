@@ -123,20 +123,18 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
                     + ["", repr(p.acr) if full else f"{p.acr:.3f}"]
                     + ["" if a is None else repr(a) if full else f"{a:.1f}" for a in acc])
 
+    after = ["", note_lines(notes, fmt)] if notes else []
     if fmt is TableFormat.CSV:
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(head)
         writer.writerows(rows)
-        if notes:
-            writer.writerow([])
-            writer.writerows([f"note: {n}"] for n in notes)
-        return buf.getvalue().rstrip("\n")
+        return "\n".join([buf.getvalue().rstrip("\n"), *after])
 
     if fmt is TableFormat.MARKDOWN:
         align = ["---"] + ["---:"] * (len(head) - 1)
         lines = ["| " + " | ".join(r) + " |" for r in (head, align, *rows)]
-        return "\n".join(lines + ([""] if notes else []) + [f"Note: {n}" for n in notes])
+        return "\n".join(lines + after)
 
     # LaTeX with booktabs; bold the best (displayed) value of each metric column.
     body = [[_latex_escape(row[0])] + row[1:] for row in rows]
@@ -164,9 +162,20 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
         *(" & ".join(row) + r" \\" for row in body),
         r"\bottomrule",
         r"\end{tabular}",
-        *(f"% note: {n}" for n in notes),
+        *after[1:],
     ]
     return "\n".join(lines)
+
+
+def note_lines(notes: Sequence[str], fmt: TableFormat) -> str:
+    """The notes under a table: ``Note: ...`` lines (markdown), ``% note: ...`` (LaTeX), or CSV
+    rows ``note: ...`` (quoted as CSV needs)."""
+    if fmt is TableFormat.CSV:
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows([f"note: {n}"] for n in notes)
+        return buf.getvalue().rstrip("\n")
+    prefix = "Note: " if fmt is TableFormat.MARKDOWN else "% note: "
+    return "\n".join(prefix + n for n in notes)
 
 
 __all__ = ["TableFormat", "TABLE_FORMATS", "check_format", "format_table"]
