@@ -298,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "scripts behind the CAT-RS tables; cohen: one epoch earlier, as in Cohen et al.'s code")
     t.add_argument("--seed", type=int, help="seed of every random stream of the run (default: 0)")
     t.add_argument("--targets", help="per-example consistency targets file from 'rsmooth targets' (CAT-RS)")
+    t.add_argument("--train-subset", type=_integer, metavar="N",
+                   help="train on N training examples (the same N for every run and seed; default: all); "
+                   "CAT-RS targets must be made with the same --train-subset")
     t.add_argument("--optimizer", choices=["sgd", "adam"],
                    help="sgd (default; --momentum, --nesterov) or adam (the denoisers of Salman et al. 2020)")
     den = t.add_argument_group(
@@ -403,6 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="on augmented training images drawn once, as the reference code (default), "
                     "or on the plain images (--no-augment)")
     tg.add_argument("--batch-size", type=_integer, help="noisy samples per forward pass")
+    tg.add_argument("--train-subset", type=_integer, metavar="N",
+                    help="targets of the N training examples 'rsmooth train --train-subset N' uses (default: all)")
     tg.add_argument("--seed", type=int, default=0, help="seed of the noise and augmentation")
     tg.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="see 'certify --help'")
     tg.add_argument("--channels-last", action="store_true", help="channels-last memory format")
@@ -514,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: train flags that map one-to-one onto TrainConfig fields
 _TRAIN_FIELDS = ("dataset", *_ARCH_FIELDS, "method", "epochs", "batch_size", "lr", "momentum",
-                 "weight_decay", "nesterov", "lr_step", "milestones", "lr_gamma", "lr_timing", "seed",
+                 "weight_decay", "nesterov", "lr_step", "milestones", "lr_gamma", "lr_timing", "seed", "train_subset",
                  "data_dir", "device", "targets", "precision", "channels_last", "compile", "sync_bn", "optimizer", "classifier", "init")
 
 
@@ -619,7 +624,8 @@ def cmd_targets(args: argparse.Namespace) -> None:
                           sigma=args.sigma, batch_size=args.batch_size, augment=args.augment,
                           seed=args.seed, precision=args.precision, channels_last=args.channels_last,
                           data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
-                          shard=args.shard, trust_pickle=args.trust_pickle, model_options=_model_options(args))
+                          shard=args.shard, trust_pickle=args.trust_pickle, model_options=_model_options(args),
+                          train_subset=args.train_subset)
     if world().main:
         print(f"targets: {out}")
 

@@ -29,7 +29,7 @@ from .base import (
     published_release,
 )
 from .download import download_file
-from .subsets import certify_indices
+from .subsets import SubsetDataset, certify_indices, fixed_subset
 
 # Importing the readers registers them in DATASETS.
 from . import digits, mnist, cifar, imagenet, corrupted  # noqa: E402,F401  isort: skip
@@ -43,10 +43,12 @@ __all__ = [
     "Dataset",
     "DatasetInfo",
     "InMemoryDataset",
+    "SubsetDataset",
     "certify_indices",
     "check_fingerprint",
     "dataset_info",
     "download_file",
+    "fixed_subset",
     "get_dataset",
     "published_release",
 ]

@@ -93,6 +93,7 @@ def get_dataset(
     severity: Optional[int] = None,
     corruption_seed: int = 0,
     corruption_suite: Optional[str] = None,
+    subset: Optional[int] = None,
 ) -> "Dataset":
     """Load split ``"train"`` or ``"test"`` of dataset ``name``.
 
@@ -107,7 +108,16 @@ def get_dataset(
     ``corruption_suite`` (default: MNIST-C's for grey images, CIFAR-10-C's for colour ones; see
     :mod:`rsmooth.corruptions`).
     Example ``i`` of a corrupted copy is the corrupted example ``i`` of the clean one.
+
+    ``subset`` keeps that many examples (:func:`rsmooth.data.fixed_subset`: the same ones for
+    every run and seed), renumbered from 0: a reduced training set.
     """
+    if subset is not None:
+        from .subsets import SubsetDataset, fixed_subset
+
+        data = get_dataset(name, split, data_dir, download, corruption=corruption, severity=severity,
+                           corruption_seed=corruption_seed, corruption_suite=corruption_suite)
+        return SubsetDataset(data, fixed_subset(len(data), subset))
     cls = DATASETS.get(name)
     check(split in SPLITS, f"unknown split {split!r}; choose one of: {', '.join(SPLITS)}")
     if published_release(name):

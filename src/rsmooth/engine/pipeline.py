@@ -137,7 +137,7 @@ def run_pipeline(
         targets = root / f"targets_{SIGMA0:.2f}.npy"
         log(f"== targets from {base.name} ({target_samples} noises per training image)")
         compute_targets(str(base), str(targets), num_samples=target_samples, augment=target_augment,
-                        seed=seed, log=log)
+                        seed=seed, log=log, train_subset=base_config.train_subset)
         cat = dataclasses.replace(cat, targets=str(targets))
         if gauss_config is not None:
             gauss = base if sigma == SIGMA0 else trained(f"gaussian_{sigma:.2f}", gauss_config)

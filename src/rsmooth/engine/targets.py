@@ -78,6 +78,7 @@ def compute_targets(
     shard: Optional[Union[str, Sequence[int]]] = None,
     trust_pickle: bool = False,
     model_options: Optional[Dict[str, Any]] = None,
+    train_subset: Optional[int] = None,
 ) -> Path:
     """Compute (or continue computing) the consistency targets of ``checkpoint``'s model.
 
@@ -97,6 +98,8 @@ def compute_targets(
             ``argparse.Namespace`` (can run arbitrary code; see :func:`read_checkpoint`).
         model_options: keyword arguments of :func:`~rsmooth.engine.checkpoint.load_model` (arch,
             arch_kwargs, mean, std, num_classes) for a checkpoint that does not record its model.
+        train_subset: targets of that many training examples (``rsmooth train --train-subset``,
+            the same examples).
     """
     from ..data import get_dataset
     from ..smoothing import DEFAULT_BATCH_SIZE
@@ -114,7 +117,7 @@ def compute_targets(
           f"checkpoint {loaded.path} does not record sigma; pass --sigma (0.25 in the papers)")
     sigma = validate_sigma(sigma if sigma is not None else loaded.sigma)
     dev = distributed.rank_device(resolve_device(device), world)
-    data = get_dataset(loaded.dataset, "train", data_dir=data_dir)
+    data = get_dataset(loaded.dataset, "train", data_dir=data_dir, subset=train_subset)
     smooth = Smooth(loaded.model.to(dev), loaded.num_classes, sigma, precision=precision,
                     channels_last=channels_last)
     out_path = Path(out)

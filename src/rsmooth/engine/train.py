@@ -63,7 +63,7 @@ DATASET_DEFAULTS: Dict[str, Dict[str, Any]] = {
 #: config fields that must not change when a run is resumed
 _FIXED_ON_RESUME = ("dataset", "arch", "arch_kwargs", "num_classes", "input_size", "mean", "std",
                     "method", "hparams", "batch_size", "lr", "momentum", "weight_decay", "nesterov",
-                    "lr_step", "milestones", "lr_gamma", "lr_timing", "seed", "targets", "precision",
+                    "lr_step", "milestones", "lr_gamma", "lr_timing", "seed", "train_subset", "targets", "precision",
                     "channels_last", "compile", "optimizer", "classifier", "init")
 LR_TIMINGS = ("catrs", "cohen")
 OPTIMIZERS = ("sgd", "adam")
@@ -100,6 +100,7 @@ class TrainConfig:
     lr_gamma: float = 0.1
     lr_timing: str = "catrs"  # when the lr drops: "catrs" (authors' scripts) or "cohen" (one epoch earlier)
     seed: int = 0
+    train_subset: Optional[int] = None  # train on this many training examples (data.fixed_subset)
     data_dir: Optional[str] = None
     device: Optional[str] = None
     num_workers: int = 0
@@ -349,7 +350,7 @@ def train(
         progress, log = False, distributed.quiet
     ckpt_path = Path(out) / CHECKPOINT_NAME
 
-    train_set = get_dataset(c.dataset, "train", data_dir=c.data_dir)
+    train_set = get_dataset(c.dataset, "train", data_dir=c.data_dir, subset=c.train_subset)
     test_set = get_dataset(c.dataset, "test", data_dir=c.data_dir)
     extras = {k: v for k, v in (extras or {}).items()}
     if c.targets:
