@@ -254,6 +254,21 @@ def _method_args(args: argparse.Namespace, method: str) -> Dict[str, Any]:
     return out
 
 
+def hparam_flags(method: str, hparams: Dict[str, Any]) -> List[str]:
+    """The ``rsmooth train`` flags that set ``hparams`` of ``method`` (the inverse of the parsing)."""
+    out: List[str] = []
+    for flag, uses in _method_fields().items():
+        name = dict(uses).get(method)
+        if name is None or name.name not in hparams:
+            continue
+        v = hparams[name.name]
+        out += [flag if v else "--no-" + flag[2:]] if isinstance(v, bool) else [flag, repr(v) if isinstance(v, float) else str(v)]
+    unknown = set(hparams) - {f.name for uses in _method_fields().values() for m, f in uses if m == method}
+    if unknown:
+        raise RsmoothError(f"{method} has no hyperparameter {', '.join(sorted(unknown))}")
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .data import DATASETS, DEFAULT_DATASET, published_release
     from .methods import METHODS
@@ -509,6 +524,35 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("kind", nargs="?", choices=_LIST_KINDS, help="what to list")
     ls.set_defaults(func=cmd_list)
 
+    rp = sub.add_parser(
+        "reproduce", help="train, certify and tabulate a whole paper table beside the published values",
+        description="Train every (method, sigma) row of a paper table from its preset (CAT-RS through its "
+        "consistency targets, sharing the sigma0 = 0.25 Gaussian model across sigmas), certify with the table's "
+        "protocol and write OUT/table.md in the paper's layout with the published values and the difference "
+        "(mean +- std over --seeds). Every step is an ordinary run folder under OUT/runs: rerun the same "
+        "command after a kill to continue. " + UNITS)
+    rp.add_argument("table", nargs="?", help="e.g. catrs:table4 (Jeong, Kim, Shin 2023, CAT-RS, arXiv 2212.09000, "
+                    "Table 4: Fashion-MNIST); --list shows them all")
+    rp.add_argument("--list", action="store_true", help="list the tables, what each trains and the data it needs")
+    rp.add_argument("--out", help="output folder (one table and budget per folder)")
+    rp.add_argument("--budget", default="small",
+                    help="paper (the published protocol), small (default: epochs x0.1, 1/6 of the training set, "
+                    "targets and n x0.1, every 10th test example) or smoke (x1/30, 1/20, x0.01); a factor may be "
+                    "changed: small,epochs=0.05,train=0.1,targets=0.02,n=0.02,test=0.02. The table's caption states it")
+    rp.add_argument("--seeds", type=_integer, default=1, help="train every row with seeds 0..N-1 (default: 1); "
+                    "the table shows mean +- std")
+    rp.add_argument("--methods", nargs="+", metavar="METHOD", help="only the rows of these methods (default: all)")
+    rp.add_argument("--sigmas", type=float, nargs="+", metavar="SIGMA",
+                    help="only the rows of these noise levels, [0,1] pixel units (default: all)")
+    rp.add_argument("--jobs", type=_integer, default=1,
+                    help="run up to K independent steps at once, each in its own process (default: 1)")
+    rp.add_argument("--print-commands", action="store_true",
+                    help="print the steps as rsmooth commands, by stage (a stage's commands are independent: one "
+                    "cluster job each), and run nothing; then --collect writes the table")
+    rp.add_argument("--collect", action="store_true", help="write the table from the runs done, running nothing")
+    _add_common_data(rp)
+    rp.set_defaults(func=cmd_reproduce)
+
     sp = sub.add_parser("show-preset", help="every setting of a paper preset",
                         description="Dataset, method, sigma, every method hyperparameter (with its "
                         "flag), the training schedule, the paper table it reproduces and its note.")
@@ -763,6 +807,20 @@ def _as_flag(flag: str, value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return " ".join([flag, *map(str, value)])
     return f"{flag} {value}"
+
+
+def cmd_reproduce(args: argparse.Namespace) -> None:
+    from .reproduce import list_tables, reproduce
+
+    if args.list:
+        print(list_tables())
+        return
+    if not args.table or not args.out:
+        raise RsmoothError("reproduce needs TABLE and --out DIR (or --list to see the tables)")
+    print(reproduce(args.table, args.out, budget=args.budget, seeds=args.seeds, jobs=args.jobs,
+                    methods=args.methods, sigmas=args.sigmas,
+                    print_commands=args.print_commands, collect=args.collect, data_dir=args.data_dir,
+                    device=args.device))
 
 
 def cmd_show_preset(args: argparse.Namespace) -> None:

@@ -1,0 +1,89 @@
+"""``rsmooth reproduce TABLE``: train every row of a paper table from its preset, certify it with
+the table's protocol, and print the table beside the published one.
+
+Budgets (:data:`BUDGETS`): ``paper`` is the published protocol; ``small`` and ``smoke`` scale
+epochs, training set, consistency-target noises, n and test examples by factors that the table's
+caption states.  Every step is an ordinary run folder (:mod:`rsmooth.reproduce.plan`), so the
+command can be killed and rerun until it finishes, spread over local processes (``jobs``) or
+printed as independent commands for a cluster scheduler.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence
+
+from ..errors import RsmoothError, check
+from ..paths import check_output_dir
+from .plan import Step, commands, done, plan, run_steps
+from .render import render
+from .spec import BUDGETS, TABLES, Budget, Row, TableSpec, get_table, parse_budget, select
+
+__all__ = ["BUDGETS", "TABLES", "Budget", "Row", "Step", "TableSpec", "get_table", "list_tables", "parse_budget",
+           "plan", "reproduce"]
+
+
+def list_tables() -> str:
+    """What ``rsmooth reproduce --list`` prints: each table, what it trains and what it needs."""
+    from .plan import needs_targets
+
+    out = []
+    for table_id in TABLES.names():
+        spec = get_table(table_id)
+        targets = any(needs_targets(r) for r in spec.rows)
+        sigmas = sorted({r.sigma for r in spec.rows})
+        out.append(f"{table_id}: {spec.title}\n    trains {len(spec.rows)} models per seed "
+                   f"({len({r.method for r in spec.rows})} methods, sigma {', '.join(f'{s:g}' for s in sigmas)})"
+                   + (" + the sigma0 = 0.25 Gaussian model's consistency targets" if targets else "")
+                   + f"; data: {', '.join(spec.datasets)}"
+                   + (f"; not reproduced: {len(spec.not_reproduced)} printed rows" if spec.not_reproduced else ""))
+    return "\n".join(out)
+
+
+def _check_folder(out: Path, spec: TableSpec, budget: Budget) -> None:
+    """``out/reproduce.json`` ties the folder to one table and budget (seeds may be added)."""
+    record = out / "reproduce.json"
+    mine = {"table": spec.id, "budget": budget.name}
+    if record.exists():
+        try:
+            old = json.loads(record.read_text())
+        except ValueError:
+            old = {}
+        for k, v in mine.items():
+            check(old.get(k) == v, f"{out} holds a reproduction of {old.get('table')} at budget {old.get('budget')}, "
+                  f"not {spec.id} at {budget.name}; choose another --out")
+    else:
+        record.write_text(json.dumps(mine, indent=1) + "\n")
+
+
+def reproduce(table: str, out: str, *, budget: str = "small", seeds: int = 1, jobs: int = 1,
+              methods: Optional[Sequence[str]] = None, sigmas: Optional[Sequence[float]] = None,
+              print_commands: bool = False, collect: bool = False, data_dir: Optional[str] = None,
+              device: Optional[str] = None, log: Callable[[str], None] = print) -> str:
+    """Run (or continue) the reproduction of ``table`` into ``out`` and return the table (markdown;
+    with ``print_commands`` the steps' commands instead, running nothing; with ``collect`` the
+    table of what is done, running nothing).  ``methods`` and ``sigmas`` keep only those rows."""
+    from .plan import _train_sizes
+
+    spec = get_table(table)
+    if methods is not None or sigmas is not None:
+        spec = select(spec, None if methods is None else list(methods), None if sigmas is None else list(sigmas))
+    b = parse_budget(budget)
+    check(isinstance(seeds, int) and seeds >= 1, f"--seeds must be >= 1, got {seeds}")
+    check(isinstance(jobs, int) and jobs >= 1, f"--jobs must be >= 1, got {jobs}")
+    check(not (print_commands and collect), "--print-commands and --collect exclude each other; pick one")
+    from ..engine import distributed
+
+    if distributed.world().size > 1:
+        raise RsmoothError("reproduce runs its steps itself; under torchrun, run the steps of "
+                           "'rsmooth reproduce ... --print-commands' (each works under torchrun)")
+    root = check_output_dir(out)
+    root.mkdir(parents=True, exist_ok=True)
+    _check_folder(root, spec, b)
+    seed_list = list(range(seeds))
+    steps = plan(spec, b, seed_list, root, data_dir=data_dir, device=device)
+    if print_commands:
+        return commands(steps)
+    if not collect:
+        run_steps(steps, jobs, root / "logs", log)
+    return render(spec, b, seed_list, root, _train_sizes(spec, b, data_dir))

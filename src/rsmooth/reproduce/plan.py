@@ -1,0 +1,247 @@
+"""The steps of a reproduction: ordinary ``rsmooth train`` / ``targets`` / ``certify`` commands,
+each writing its own run folder (so each is skipped when done and resumed when interrupted),
+run in this process, over K local processes, or printed for a cluster scheduler.
+
+Layout under ``OUT``: ``runs/<dataset>/<method>_<sigma>[_<hparams>]/seed<k>/`` (checkpoint.pt,
+certify.tsv), ``runs/<dataset>/targets_0.25/seed<k>.npy`` (CAT-RS consistency targets of the
+sigma0 = 0.25 Gaussian model of that seed, shared by every sigma: Jeong, Kim, Shin 2023, arXiv
+2212.09000, App. C.5), ``logs/`` (one log per step run in a subprocess), ``reproduce.json``.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..errors import RsmoothError, check
+from .spec import Budget, Row, TableSpec, budget_protocol, scaled, target_samples
+
+#: noise level of the model whose smoothed predictions are CAT-RS's targets (Jeong et al. 2023 App. C.5)
+SIGMA0 = 0.25
+#: method hyperparameters counted in epochs, scaled with the schedule
+EPOCH_HPARAMS = ("warmup", "eps_double_epoch")
+STAGES = ("train", "targets", "train (needs targets)", "certify")
+
+
+@dataclass
+class Step:
+    """One command: ``argv`` of ``rsmooth``; ``out`` what it writes; ``deps`` the outs it reads."""
+
+    kind: str  # train | targets | certify
+    title: str
+    argv: List[str]
+    out: Path
+    deps: List[Path] = field(default_factory=list)
+    stage: int = 0
+
+    def command(self) -> str:
+        import shlex
+
+        return "rsmooth " + " ".join(shlex.quote(a) for a in self.argv)
+
+
+def _preset(row_or: Tuple[str, str, float]) -> Tuple[Optional[str], Dict[str, Any]]:
+    """(preset name or None, its TrainConfig fields) of (dataset, method, sigma)."""
+    from ..presets import PRESETS
+
+    dataset, method, sigma = row_or
+    name = f"{dataset}/{method}/{sigma:.2f}"
+    if name in PRESETS:
+        return name, PRESETS.get(name).train_config()
+    return None, {"dataset": dataset, "method": method, "hparams": {"sigma": sigma}}
+
+
+def needs_targets(row: Row) -> bool:
+    """Whether ``row``'s method, with its preset and printed hyperparameters, reads consistency targets."""
+    from ..methods import create_method
+
+    hp = {**_preset((row.dataset, row.method, row.sigma))[1].get("hparams", {}), **row.hparams}
+    return "targets" in create_method(row.method, **hp).requires
+
+
+def train_argv(dataset: str, method: str, sigma: float, hparams: Dict[str, Any], budget: Budget, seed: int,
+               out: Path, train_size: Optional[int], targets: Optional[Path] = None,
+               extra: Sequence[str] = ()) -> List[str]:
+    """``rsmooth train`` arguments of a row under ``budget``: the preset, the row's
+    hyperparameters, the schedule scaled by ``budget.epochs``, ``train_size`` examples."""
+    from ..cli import hparam_flags
+    from ..engine.train import TrainConfig
+    from ..methods import create_method
+
+    name, fields = _preset((dataset, method, sigma))
+    hp = {**fields.get("hparams", {}), **hparams}
+    argv = ["train", "--preset", name] if name else ["train", "--dataset", dataset, "--method", method,
+                                                      "--sigma", f"{sigma:g}"]
+    changed = {k: v for k, v in hparams.items() if fields.get("hparams", {}).get(k) != v}
+    if budget.epochs < 1:
+        c = TrainConfig(**{**fields, "hparams": hp}).resolved()
+        argv += ["--epochs", str(scaled(c.epochs, budget.epochs))]
+        if c.milestones:
+            argv += ["--milestones", *[str(scaled(m, budget.epochs)) for m in c.milestones]]
+        else:
+            argv += ["--lr-step", str(scaled(c.lr_step, budget.epochs))]
+        resolved = create_method(method, **hp).hparams()  # the method's defaults included
+        for k in EPOCH_HPARAMS:
+            if resolved.get(k):
+                changed[k] = scaled(resolved[k], budget.epochs)
+    argv += hparam_flags(method, changed)
+    if train_size is not None:
+        argv += ["--train-subset", str(train_size)]
+    if targets is not None:
+        argv += ["--targets", str(targets)]
+    return argv + ["--seed", str(seed), *extra, "--out", str(out), "--resume"]
+
+
+def _train_sizes(spec: TableSpec, budget: Budget, data_dir: Optional[str]) -> Dict[str, Optional[int]]:
+    if budget.train >= 1:
+        return {d: None for d in spec.datasets}
+    from ..data import get_dataset
+
+    return {d: scaled(len(get_dataset(d, "train", data_dir=data_dir)), budget.train) for d in spec.datasets}
+
+
+def plan(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path, *, data_dir: Optional[str] = None,
+         device: Optional[str] = None) -> List[Step]:
+    """Every step of ``spec`` under ``budget`` for ``seeds``, in an order that runs (each step after
+    the steps it reads); a run two rows share (the sigma0 Gaussian model) appears once."""
+    sizes = _train_sizes(spec, budget, data_dir)
+    common = [*(["--data-dir", data_dir] if data_dir else []), *(["--device", device] if device else [])]
+    steps: Dict[Path, Step] = {}
+
+    def add(step: Step) -> Path:
+        steps.setdefault(step.out, step)
+        return step.out
+
+    def train(row: Row, seed: int, targets: Optional[Path] = None) -> Path:
+        run = out / "runs" / row.dataset / row.key / f"seed{seed}"
+        argv = train_argv(row.dataset, row.method, row.sigma, row.hparams, budget, seed, run, sizes[row.dataset],
+                          targets, common)
+        return add(Step("train", f"train {row.dataset} {row.key} seed {seed}", argv, run / "checkpoint.pt",
+                        [targets] if targets else [], 2 if targets else 0))
+
+    for seed in seeds:
+        for row in spec.rows:
+            targets = None
+            if needs_targets(row):
+                base = train(Row(row.dataset, "gaussian", SIGMA0, "Gaussian"), seed)
+                targets = out / "runs" / row.dataset / f"targets_{SIGMA0:.2f}" / f"seed{seed}.npy"
+                argv = ["targets", "--checkpoint", str(base.parent),
+                        "--num-samples", str(target_samples(row.dataset, budget)), "--seed", str(seed),
+                        *(["--train-subset", str(sizes[row.dataset])] if sizes[row.dataset] else []),
+                        *common, "--out", str(targets)]
+                add(Step("targets", f"targets {row.dataset} seed {seed}", argv, targets, [base], 1))
+            ckpt = train(row, seed, targets)
+            p = budget_protocol(spec.protocol(row.dataset), budget)
+            tsv = ckpt.parent / "certify.tsv"
+            argv = ["certify", "--checkpoint", str(ckpt.parent), "--n0", str(p["n0"]), "--n", str(p["n"]),
+                    "--alpha", f"{p['alpha']:g}", "--skip", str(p["skip"]),
+                    *(["--max", str(p["max"])] if p.get("max") else []), "--seed", str(seed), *common,
+                    "--out", str(tsv)]
+            add(Step("certify", f"certify {row.dataset} {row.key} seed {seed}", argv, tsv, [ckpt], 3))
+    return sorted(steps.values(), key=lambda s: s.stage)
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def done(step: Step) -> bool:
+    """Whether ``step``'s output is complete (a finished step run again only checks and returns)."""
+    import json
+
+    if step.kind == "train":
+        if not step.out.exists():
+            return False
+        from ..engine.checkpoint import read_checkpoint
+
+        ck = read_checkpoint(step.out)
+        return int(ck.get("epoch", 0)) >= int(ck.get("config", {}).get("epochs", 0) or 0) > 0
+    meta = Path(f"{step.out}.json")
+    try:
+        return step.out.exists() and bool(json.loads(meta.read_text()).get("complete"))
+    except (OSError, ValueError):
+        return False
+
+
+def run_steps(steps: Sequence[Step], jobs: int, logs: Path, log: Callable[[str], None] = print) -> None:
+    """Run ``steps`` (in order, or ``jobs`` at a time as their inputs are ready, each in its own
+    process with its log in ``logs``); the first failure stops new steps and is raised."""
+    todo = [s for s in steps if not done(s)]
+    log(f"{len(steps) - len(todo)} of {len(steps)} steps already done")
+    if jobs == 1:
+        from ..cli import main
+
+        for k, s in enumerate(todo, 1):
+            log(f"== [{k}/{len(todo)}] {s.title}")
+            if main(s.argv) != 0:
+                raise RsmoothError(f"step '{s.title}' failed (see above); fix it and rerun the same command to continue")
+        return
+    _run_parallel(todo, jobs, logs, log)
+
+
+def _child_env(jobs: int) -> Dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
+    return env
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Linux: the child is killed when the reproduce process dies (no orphans writing run folders)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _run_parallel(todo: List[Step], jobs: int, logs: Path, log: Callable[[str], None]) -> None:
+    logs.mkdir(parents=True, exist_ok=True)
+    waiting, running = list(todo), {}
+    pending = {s.out for s in todo}
+    failed: Optional[Tuple[Step, Path]] = None
+    started, total, t0 = 0, len(todo), time.time()
+    while waiting or running:
+        while failed is None and len(running) < jobs:
+            ready = next((s for s in waiting if not any(d in pending for d in s.deps)), None)
+            if ready is None:
+                break
+            waiting.remove(ready)
+            started += 1
+            path = logs / (ready.title.replace(" ", "_").replace("/", "-") + ".log")
+            with open(path, "ab") as fh:
+                proc = subprocess.Popen([sys.executable, "-m", "rsmooth", *ready.argv], stdout=fh,
+                                        stderr=subprocess.STDOUT, env=_child_env(jobs),
+                                        preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+            running[proc] = (ready, path)
+            log(f"== [{started}/{total}] {ready.title} (log: {path})")
+        if failed is not None and not running:
+            break
+        time.sleep(0.2)
+        for proc in [p for p in running if p.poll() is not None]:
+            step, path = running.pop(proc)
+            if proc.returncode != 0:
+                failed = failed or (step, path)
+            else:
+                pending.discard(step.out)
+                log(f"   done: {step.title} ({time.time() - t0:.0f}s since start)")
+    if failed is not None:
+        step, path = failed
+        tail = path.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+        raise RsmoothError(f"step '{step.title}' failed: {tail[0]} (log {path}); fix it and rerun to continue")
+
+
+def commands(steps: Sequence[Step]) -> str:
+    """The steps as shell commands, by stage: the commands of a stage are independent of each
+    other and need only the earlier stages (one job each on a cluster scheduler)."""
+    lines: List[str] = []
+    for stage, name in enumerate(STAGES):
+        these = [s for s in steps if s.stage == stage]
+        if these:
+            lines.append(f"# stage {stage + 1} ({name}): {len(these)} independent command(s)")
+            lines += [s.command() for s in these]
+    return "\n".join(lines)

@@ -1,0 +1,152 @@
+"""The reproduced table in the paper's layout: per row our ACR and certified accuracy (mean +- std
+over seeds), the published values and the difference, under a caption that states the budget."""
+from __future__ import annotations
+
+import json
+import math
+from itertools import combinations
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from .spec import Budget, Row, TableSpec, budget_protocol, target_samples
+
+
+def row_results(spec: TableSpec, out: Path, seeds: Sequence[int]) -> List[Dict[int, Dict[str, Any]]]:
+    """Per row, per seed whose certification is complete: ``{"acr", "accuracy": {radius: %}}``."""
+    from ..metrics import acr, certified_accuracy, read_certify_tsv, read_sidecar
+
+    results = []
+    for row in spec.rows:
+        per_seed = {}
+        for seed in seeds:
+            tsv = out / "runs" / row.dataset / row.key / f"seed{seed}" / "certify.tsv"
+            if tsv.exists() and (read_sidecar(tsv) or {}).get("complete"):
+                res = read_certify_tsv(tsv)
+                acc = certified_accuracy(res.radius, res.correct, list(spec.radii)) * 100
+                per_seed[seed] = {"acr": acr(res.radius, res.correct), "examples": res.n,
+                                  "accuracy": {float(r): float(a) for r, a in zip(spec.radii, acc)}}
+        results.append(per_seed)
+    return results
+
+
+def _stats(values: List[float]) -> tuple:
+    if not values:
+        return math.nan, math.nan
+    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
+
+
+def _cell(mean: float, std: float, digits: int) -> str:
+    if math.isnan(mean):
+        return "-"
+    return f"{mean:.{digits}f}" + ("" if math.isnan(std) else f" ± {std:.{digits}f}")
+
+
+def _diff(ours: float, paper: Optional[float], digits: int) -> str:
+    if paper is None or math.isnan(ours) or math.isnan(paper):
+        return ""
+    return f"{ours - paper:+.{digits}f}"
+
+
+def _schedule_note(spec: TableSpec, budget: Budget) -> str:
+    from ..engine.train import TrainConfig
+    from .plan import _preset
+    from .spec import scaled
+
+    epochs = sorted({TrainConfig(**_preset((r.dataset, r.method, r.sigma))[1]).resolved().epochs for r in spec.rows})
+    return ", ".join(f"{e} -> {scaled(e, budget.epochs)}" for e in epochs)
+
+
+def caption(spec: TableSpec, budget: Budget, seeds: Sequence[int], train_sizes: Dict[str, Optional[int]]) -> List[str]:
+    """The lines above the table: what it is, the budget (never mistaken for the paper's), the
+    protocol and the seeds."""
+    lines = [f"{spec.id}: {spec.title}"]
+    if budget.is_paper:
+        lines.append("Budget paper: the published protocol (schedules, full training sets, consistency targets, n).")
+    else:
+        sizes = "; ".join(f"{d} {n:,} examples" for d, n in train_sizes.items() if n)
+        lines.append(
+            f"Budget {budget.name}, REDUCED, not the paper's protocol: epochs x{budget.epochs:.3g} "
+            f"({_schedule_note(spec, budget)}, lr steps and warm-ups alike), training set x{budget.train:.3g} "
+            f"({sizes or 'all'}), consistency targets x{budget.targets:.3g} "
+            f"({', '.join(f'{d}: {target_samples(d, budget):,} noises' for d in spec.datasets)}), "
+            f"CERTIFY n x{budget.n:.3g}, test examples x{budget.test:.3g}.")
+    for d in spec.datasets:
+        p = budget_protocol(spec.protocol(d), budget)
+        which = f"every {p['skip']}th test example" if p["skip"] > 1 else "every test example"
+        lines.append(f"Certification ({d}): CERTIFY (Cohen, Rosenfeld, Kolter 2019, arXiv 1902.02918) n0 = "
+                     f"{p['n0']:,}, n = {p['n']:,}, alpha = {p['alpha']:g}, {which}"
+                     + (f", at most {p['max']:,}" if p.get("max") else "") + ".")
+    lines.append(f"Ours: mean ± std (ddof 1) over {len(seeds)} seeds ({', '.join(map(str, seeds))}) when more than "
+                 f"one; paper: {'mean ± std over ' + str(spec.published_seeds) + ' seeds' if spec.published_seeds > 1 else 'one run'}; "
+                 f"difference = ours - paper; certified accuracy in %.")
+    return lines
+
+
+def render(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path,
+           train_sizes: Dict[str, Optional[int]]) -> str:
+    """The markdown table (also written to ``out/table.md``, numbers to ``out/results.json``)."""
+    results = row_results(spec, out, seeds)
+    radii = [] if spec.acr_only else list(spec.radii)
+    head = ["sigma", "method", "", "ACR", *[f"{r:.2f}" for r in radii]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 3 + "---:|" * (len(head) - 3)]
+    record, missing, prev = [], 0, None
+    for row, per_seed in zip(spec.rows, results):
+        missing += len(seeds) - len(per_seed)
+        acr_m, acr_s = _stats([r["acr"] for r in per_seed.values()])
+        acc = {r: _stats([s["accuracy"][r] for s in per_seed.values()]) for r in radii}
+        p = row.paper
+        sig = f"{row.sigma:.2f}" if (row.dataset, row.sigma) != prev else ""
+        prev = (row.dataset, row.sigma)
+        ours = f"ours ({len(per_seed)} of {len(seeds)} seeds)" if len(per_seed) < len(seeds) else (
+            f"ours ({len(seeds)} seeds)" if len(seeds) > 1 else "ours")
+        lines.append("| " + " | ".join([sig, row.label, ours, _cell(acr_m, acr_s, 3),
+                                         *[_cell(*acc[r], 1) for r in radii]]) + " |")
+        if p is not None:
+            paper_acc = [p.accuracy_at(r) for r in radii]
+            std = getattr(p, "acr_std", None)
+            lines.append("| " + " | ".join(["", "", "paper", _cell(p.acr, math.nan if std is None else std, 4 if std else 3),
+                                             *["" if a is None else f"{a:.1f}" for a in paper_acc]]) + " |")
+            lines.append("| " + " | ".join(["", "", "difference", _diff(acr_m, p.acr, 3),
+                                             *[_diff(acc[r][0], a, 1) for r, a in zip(radii, paper_acc)]]) + " |")
+        record.append({"label": row.label, "dataset": row.dataset, "method": row.method, "sigma": row.sigma,
+                       "hparams": row.hparams, "run": row.key, "seeds": {str(k): v for k, v in per_seed.items()},
+                       "acr": {"mean": acr_m, "std": acr_s},
+                       "accuracy": {f"{r:g}": {"mean": m, "std": s} for r, (m, s) in acc.items()},
+                       "paper": None if p is None else {"acr": p.acr, "accuracy": {f"{r:g}": v for r, v in p.accuracy.items()}}})
+    notes = _orderings(spec, results)
+    if spec.not_reproduced:
+        notes.append("not reproduced (rsmooth does not train them as printed): " + "; ".join(spec.not_reproduced))
+    if missing:
+        notes.append(f"-: not certified yet ({missing} of {len(spec.rows) * len(seeds)} runs missing); rerun the "
+                     f"command to continue")
+    text = "\n".join(caption(spec, budget, seeds, train_sizes) + [""] + lines + [""] + [f"Note: {n}" for n in notes])
+    (out / "table.md").write_text(text + "\n")
+    (out / "results.json").write_text(json.dumps({"table": spec.id, "budget": budget.name, "seeds": list(seeds),
+                                                  "rows": record}, indent=1, default=_json) + "\n")
+    return text
+
+
+def _json(v: Any) -> Any:
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
+def _orderings(spec: TableSpec, results: List[Dict[int, Dict[str, Any]]]) -> List[str]:
+    """Per (dataset, sigma): the rows by our mean ACR and how many pairs the paper orders alike."""
+    notes = []
+    groups: Dict[tuple, List[tuple]] = {}
+    for row, per_seed in zip(spec.rows, results):
+        if per_seed and row.paper is not None:
+            groups.setdefault((row.dataset, row.sigma), []).append(
+                (row.label, float(np.mean([r["acr"] for r in per_seed.values()])), row.paper.acr))
+    for (dataset, sigma), rows in groups.items():
+        if len(rows) < 2:
+            continue
+        pairs = list(combinations(rows, 2))
+        alike = sum((a[1] - b[1]) * (a[2] - b[2]) > 0 for a, b in pairs)
+        ours = " < ".join(r[0] for r in sorted(rows, key=lambda r: r[1]))
+        paper = " < ".join(r[0] for r in sorted(rows, key=lambda r: r[2]))
+        notes.append(f"ACR order, {dataset} sigma {sigma:g}: ours {ours}; paper {paper}; "
+                     f"{alike} of {len(pairs)} pairs ordered alike")
+    return notes

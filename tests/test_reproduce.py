@@ -1,0 +1,167 @@
+"""rsmooth reproduce: budgets, the plan of ordinary run commands, the table beside the published
+values, and a whole reproduction killed once and rerun (a test table on digits)."""
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rsmooth.cli import build_parser, main, train_config_from_args
+from rsmooth.engine.train import TrainConfig
+from rsmooth.errors import RsmoothError
+from rsmooth.presets import get_preset
+from rsmooth.reproduce import BUDGETS, get_table, parse_budget, plan, reproduce
+from rsmooth.reproduce.plan import commands, train_argv
+from rsmooth.reproduce.spec import budget_protocol, select
+
+# A test table on digits: two rows with made-up "published" values, one without.
+TEST_TABLE = textwrap.dedent("""
+    from rsmooth.report.paper import PaperRow
+    from rsmooth.reproduce import spec as S
+
+    def paper(method, acr, acc):
+        return PaperRow("test:tiny", "digits", "lenet", method, 0.25, method, acr, dict(zip((0.0, 0.25, 0.5), acc)))
+
+    ROWS = (S.Row("digits", "gaussian", 0.25, "Gaussian", paper=paper("gaussian", 0.300, (80.0, 60.0, 30.0))),
+            S.Row("digits", "catrs", 0.25, "CAT-RS", paper=paper("catrs", 0.400, (70.0, 60.0, 40.0))),
+            S.Row("digits", "consistency", 0.5, "Consistency", {"lbd": 2.0}))
+    S.TABLES.register("test:tiny", replace=True)(lambda: S.TableSpec(
+        "test:tiny", "a test table", ROWS, (0.0, 0.25, 0.5), lambda d: dict(S.PAPER_PROTOCOL)))
+""")
+BUDGET = "smoke,train=0.5,epochs=0.1,test=0.05"
+exec(TEST_TABLE)
+
+
+def _run(out, *extra, session=False):
+    script = TEST_TABLE + "\nimport sys\nfrom rsmooth.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    argv = [sys.executable, "-c", script, "reproduce", "test:tiny", "--budget", BUDGET, "--out", str(out), *extra]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=session, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def _acr_from_tsv(path):
+    """ACR and accuracy at radii straight from the TSV columns (not rsmooth.metrics)."""
+    with open(path) as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    radius = np.array([float(r["radius"]) for r in rows])
+    correct = np.array([int(r["correct"]) for r in rows])
+    return (radius * correct).mean(), {r: 100 * np.mean((radius >= r) & (correct == 1)) for r in (0.0, 0.25, 0.5)}
+
+
+def test_killed_then_rerun_reproduction_writes_the_table(tmp_path):
+    out = tmp_path / "rep"
+    proc = _run(out, "--jobs", "2", session=True)
+    deadline = time.time() + 300
+    while not list((out / "runs").glob("digits/*/seed0/checkpoint.pt")) and time.time() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole job, as a scheduler's kill
+    proc.wait()
+    assert not (out / "table.md").exists()
+    steps = plan(get_table("test:tiny"), parse_budget(BUDGET), [0], out)
+    assert len(steps) == 7  # 3 rows + targets + certify x3; the Gaussian row is CAT-RS's sigma0 model
+
+    proc = _run(out)
+    log, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, log
+    assert "steps already done" in log
+    table = (out / "table.md").read_text()
+    assert "Budget smoke,epochs=0.1,train=0.5,test=0.05, REDUCED, not the paper's protocol" in table
+    assert "n = 1,000" in table and "every 20th test example" in table
+    res = json.loads((out / "results.json").read_text())
+    assert [r["label"] for r in res["rows"]] == ["Gaussian", "CAT-RS", "Consistency"]
+    for row in res["rows"]:
+        tsv = out / "runs" / "digits" / row["run"] / "seed0" / "certify.tsv"
+        acr, acc = _acr_from_tsv(tsv)
+        assert row["acr"]["mean"] == pytest.approx(acr, abs=1e-12) and row["seeds"]["0"]["examples"] == 18
+        for r, a in acc.items():
+            assert row["accuracy"][f"{r:g}"]["mean"] == pytest.approx(a, abs=1e-9)
+        if row["paper"]:
+            line = next(ln for ln in table.splitlines()[table.splitlines().index(
+                next(ln for ln in table.splitlines() if f"| {row['label']} |" in ln)):] if "difference" in ln)
+            assert f"{acr - row['paper']['acr']:+.3f}" in line
+    cfg = json.loads((out / "runs/digits/consistency_0.50_lbd2/seed0/config.json").read_text())["config"]
+    assert cfg["hparams"]["lbd"] == 2.0 and cfg["epochs"] == 3 and cfg["train_subset"] == 718
+    assert "Note: ACR order, digits sigma 0.25: ours" in table and "of 1 pairs ordered alike" in table
+
+    # a third run finds everything done and writes the same table
+    proc = _run(out)
+    log, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and "7 of 7 steps already done" in log
+    assert (out / "table.md").read_text() == table
+
+
+def test_budgets():
+    assert parse_budget("paper").is_paper and not parse_budget("small").is_paper
+    b = parse_budget("small,epochs=0.05,n=0.02")
+    assert (b.epochs, b.n, b.train, b.name) == (0.05, 0.02, BUDGETS["small"].train, "small,epochs=0.05,n=0.02")
+    for bad, msg in (("huge", "start with one of paper, small, smoke"), ("small,epoch=0.1", "unknown factor 'epoch'"),
+                     ("small,n=2", "n must be a factor in \\(0, 1\\], got '2'"), ("small,n=x", "got 'x'")):
+        with pytest.raises(RsmoothError, match=msg):
+            parse_budget(bad)
+    p = dict(n0=100, n=100_000, alpha=0.001, skip=100, max=500)
+    assert budget_protocol(p, BUDGETS["paper"]) == p
+    assert budget_protocol(p, BUDGETS["small"]) == dict(p, n=10_000, skip=1000, max=50)
+    assert budget_protocol(dict(p, max=None, skip=1), BUDGETS["smoke"]) == dict(p, n=1000, skip=100, max=None)
+
+
+@pytest.mark.parametrize("preset,budget", [("fashion-mnist/smoothadv/0.25", "small"),
+                                           ("imagenet/catrs/1.00", "small"),
+                                           ("cifar10/smoothmix/0.50", "paper")])
+def test_train_commands_give_the_scaled_preset(preset, budget, tmp_path):
+    p = get_preset(preset)
+    b = parse_budget(budget)
+    argv = train_argv(p.dataset, p.method, p.sigma, {}, b, 3, tmp_path / "r", 1000 if b.train < 1 else None)
+    got = train_config_from_args(build_parser().parse_args(argv))
+    want = TrainConfig(**p.train_config()).resolved()
+    f = b.epochs
+    assert got.seed == 3 and got.train_subset == (1000 if b.train < 1 else None)
+    assert got.epochs == max(1, round(want.epochs * f))
+    if want.milestones:
+        assert got.milestones == [max(1, round(m * f)) for m in want.milestones]
+    else:
+        assert got.lr_step == max(1, round(want.lr_step * f))
+    scaled = {k: max(1, round(v * f)) for k, v in want.hparams.items() if k in ("warmup", "eps_double_epoch") and v}
+    assert got.hparams == {**want.hparams, **scaled}  # every other hyperparameter as the preset's
+    assert (got.lr, got.batch_size, got.arch) == (want.lr, want.batch_size, want.arch)
+
+
+def test_plan_shares_the_sigma0_model_and_targets(tmp_path):
+    spec = get_table("rsmooth:digits")
+    steps = plan(spec, parse_budget("smoke"), [0, 1], tmp_path)
+    kinds = [s.kind for s in steps]
+    assert kinds.count("train") == 16 and kinds.count("targets") == 2 and kinds.count("certify") == 16
+    for s in steps:  # every step comes after the steps it reads
+        assert all(any(d == t.out for t in steps[:steps.index(s)]) for d in s.deps), s.title
+    cat = [s for s in steps if "catrs_0.50 seed 1" in s.title and s.kind == "train"][0]
+    assert cat.deps == [tmp_path / "runs/digits/targets_0.25/seed1.npy"]
+    text = commands(steps)
+    assert text.splitlines()[0] == "# stage 1 (train): 12 independent command(s)"
+    assert "# stage 3 (train (needs targets)): 4 independent command(s)" in text
+    assert text.count("rsmooth certify") == 16
+
+
+def test_select_rows_and_errors(tmp_path, capsys):
+    spec = select(get_table("rsmooth:digits"), ["gaussian", "catrs"], [0.5])
+    assert [(r.method, r.sigma) for r in spec.rows] == [("gaussian", 0.5), ("catrs", 0.5)]
+    with pytest.raises(RsmoothError, match="has no rows of method macer"):
+        select(spec, ["macer"])
+    with pytest.raises(RsmoothError, match="no row of rsmooth:digits has one of the methods and sigmas"):
+        select(get_table("rsmooth:digits"), None, [1.0])
+    assert main(["reproduce", "nope:table1", "--out", str(tmp_path / "x")]) == 2
+    assert "nope:table1: unknown table; choose one of" in capsys.readouterr().err
+    assert main(["reproduce", "rsmooth:digits"]) == 2
+    assert "needs TABLE and --out DIR" in capsys.readouterr().err
+    assert main(["reproduce", "rsmooth:digits", "--out", str(tmp_path / "y"), "--print-commands"]) == 0
+    assert main(["reproduce", "rsmooth:digits", "--budget", "smoke", "--out", str(tmp_path / "y"),
+                 "--print-commands"]) == 2
+    assert "holds a reproduction of rsmooth:digits at budget small, not rsmooth:digits at smoke" in capsys.readouterr().err
+    assert main(["reproduce", "--list"]) == 0
+    assert "rsmooth:digits: " in capsys.readouterr().out
