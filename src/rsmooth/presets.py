@@ -11,7 +11,7 @@ module is imported.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from .registry import Registry
 
@@ -49,6 +49,15 @@ def add_preset(preset: Preset) -> Preset:
 def get_preset(name: str) -> Preset:
     """The preset called ``name`` (e.g. ``"mnist/gaussian/0.25"``); unknown names list what exists."""
     return PRESETS.get(name)
+
+
+def preset_config(dataset: str, method: str, sigma: float) -> Tuple[Optional[str], Dict[str, Any]]:
+    """(the preset's name, its ``TrainConfig`` fields) for ``dataset/method/sigma``; (None, the
+    dataset's defaults) when no paper preset exists (e.g. the built-in digits)."""
+    name = f"{dataset}/{method}/{sigma:.2f}"
+    if name in PRESETS:
+        return name, PRESETS.get(name).train_config()
+    return None, {"dataset": dataset, "method": method, "hparams": {"sigma": sigma}}
 
 
 from . import presets_table  # noqa: E402,F401  (registers the paper presets)

@@ -34,19 +34,12 @@ _CERTIFY_SET = ("mode", "dataset", "split", "sigma", "n0", "n", "alpha", "skip",
                 "overwrite")
 
 
-def _preset_config(dataset: str, method: str, sigma: float) -> Dict[str, Any]:
-    from ..presets import PRESETS
-
-    name = f"{dataset}/{method}/{sigma:.2f}"
-    if name in PRESETS:
-        return PRESETS.get(name).train_config()
-    return {"dataset": dataset, "method": method, "hparams": {"sigma": sigma}}
-
-
 def _config(dataset: str, method: str, sigma: float, overrides: Dict[str, Any],
             hparams: Dict[str, Any]) -> TrainConfig:
     """The run's TrainConfig, checked now (dataset, schedule, method hyperparameters)."""
-    fields = _preset_config(dataset, method, sigma)
+    from ..presets import preset_config
+
+    fields = preset_config(dataset, method, sigma)[1]
     fields.update({k: v for k, v in overrides.items() if v is not None})
     fields["hparams"] = {**fields.get("hparams", {}), **hparams, "sigma": sigma}
     config = TrainConfig(**fields)

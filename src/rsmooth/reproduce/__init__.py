@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from ..errors import RsmoothError, check
 from ..paths import check_output_dir
-from .plan import Step, commands, done, plan, run_steps
+from .plan import Step, commands, plan, run_steps
 from .render import render
 from .spec import BUDGETS, TABLES, Budget, Row, TableSpec, get_table, parse_budget, select
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import RsmoothError, check
+from ..errors import RsmoothError
+from ..engine.pipeline import SIGMA0
+from ..presets import preset_config
 from .spec import Budget, Row, TableSpec, budget_protocol, scaled, target_samples
 
-#: noise level of the model whose smoothed predictions are CAT-RS's targets (Jeong et al. 2023 App. C.5)
-SIGMA0 = 0.25
 #: method hyperparameters counted in epochs, scaled with the schedule
 EPOCH_HPARAMS = ("warmup", "eps_double_epoch")
 STAGES = ("train", "targets", "train (needs targets)", "certify")
@@ -44,22 +44,11 @@ class Step:
         return "rsmooth " + " ".join(shlex.quote(a) for a in self.argv)
 
 
-def _preset(row_or: Tuple[str, str, float]) -> Tuple[Optional[str], Dict[str, Any]]:
-    """(preset name or None, its TrainConfig fields) of (dataset, method, sigma)."""
-    from ..presets import PRESETS
-
-    dataset, method, sigma = row_or
-    name = f"{dataset}/{method}/{sigma:.2f}"
-    if name in PRESETS:
-        return name, PRESETS.get(name).train_config()
-    return None, {"dataset": dataset, "method": method, "hparams": {"sigma": sigma}}
-
-
 def needs_targets(row: Row) -> bool:
     """Whether ``row``'s method, with its preset and printed hyperparameters, reads consistency targets."""
     from ..methods import create_method
 
-    hp = {**_preset((row.dataset, row.method, row.sigma))[1].get("hparams", {}), **row.hparams}
+    hp = {**preset_config(row.dataset, row.method, row.sigma)[1].get("hparams", {}), **row.hparams}
     return "targets" in create_method(row.method, **hp).requires
 
 
@@ -72,7 +61,7 @@ def train_argv(dataset: str, method: str, sigma: float, hparams: Dict[str, Any],
     from ..engine.train import TrainConfig
     from ..methods import create_method
 
-    name, fields = _preset((dataset, method, sigma))
+    name, fields = preset_config(dataset, method, sigma)
     hp = {**fields.get("hparams", {}), **hparams}
     argv = ["train", "--preset", name] if name else ["train", "--dataset", dataset, "--method", method,
                                                       "--sigma", f"{sigma:g}"]
@@ -176,7 +165,10 @@ def run_steps(steps: Sequence[Step], jobs: int, logs: Path, log: Callable[[str],
 
         for k, s in enumerate(todo, 1):
             log(f"== [{k}/{len(todo)}] {s.title}")
-            if main(s.argv) != 0:
+            code = main(s.argv)
+            if code in (130, 143):  # Ctrl-C / SIGTERM: the step stopped cleanly; so does the reproduction
+                raise KeyboardInterrupt
+            if code != 0:
                 raise RsmoothError(f"step '{s.title}' failed (see above); fix it and rerun the same command to continue")
         return
     _run_parallel(todo, jobs, logs, log)
@@ -207,7 +199,9 @@ def _run_parallel(todo: List[Step], jobs: int, logs: Path, log: Callable[[str], 
     started, total, t0 = 0, len(todo), time.time()
     while waiting or running:
         while failed is None and len(running) < jobs:
-            ready = next((s for s in waiting if not any(d in pending for d in s.deps)), None)
+            # the latest stage first: certificates early, the targets -> CAT-RS chain (the longest) soon
+            ready = max((s for s in waiting if not any(d in pending for d in s.deps)), key=lambda s: s.stage,
+                        default=None)
             if ready is None:
                 break
             waiting.remove(ready)

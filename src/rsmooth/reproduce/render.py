@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .spec import Budget, Row, TableSpec, budget_protocol, target_samples
+from .spec import Budget, TableSpec, budget_protocol, target_samples
 
 
 def row_results(spec: TableSpec, out: Path, seeds: Sequence[int]) -> List[Dict[int, Dict[str, Any]]]:
@@ -51,10 +51,11 @@ def _diff(ours: float, paper: Optional[float], digits: int) -> str:
 
 def _schedule_note(spec: TableSpec, budget: Budget) -> str:
     from ..engine.train import TrainConfig
-    from .plan import _preset
+    from ..presets import preset_config
     from .spec import scaled
 
-    epochs = sorted({TrainConfig(**_preset((r.dataset, r.method, r.sigma))[1]).resolved().epochs for r in spec.rows})
+    epochs = sorted({TrainConfig(**preset_config(r.dataset, r.method, r.sigma)[1]).resolved().epochs
+                     for r in spec.rows})
     return ", ".join(f"{e} -> {scaled(e, budget.epochs)}" for e in epochs)
 
 
@@ -89,26 +90,29 @@ def render(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path,
     """The markdown table (also written to ``out/table.md``, numbers to ``out/results.json``)."""
     results = row_results(spec, out, seeds)
     radii = [] if spec.acr_only else list(spec.radii)
-    head = ["sigma", "method", "", "ACR", *[f"{r:.2f}" for r in radii]]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 3 + "---:|" * (len(head) - 3)]
+    many = len(spec.datasets) > 1  # a dataset column (e.g. Jeong et al. 2023 Table 12: MNIST and CIFAR-10)
+    head = [*(["dataset"] if many else []), "sigma", "method", "", "ACR", *[f"{r:.2f}" for r in radii]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (3 + many) + "---:|" * (len(head) - 3 - many)]
     record, missing, prev = [], 0, None
     for row, per_seed in zip(spec.rows, results):
         missing += len(seeds) - len(per_seed)
         acr_m, acr_s = _stats([r["acr"] for r in per_seed.values()])
         acc = {r: _stats([s["accuracy"][r] for s in per_seed.values()]) for r in radii}
         p = row.paper
-        sig = f"{row.sigma:.2f}" if (row.dataset, row.sigma) != prev else ""
+        first = (row.dataset, row.sigma) != prev
+        sig = ([row.dataset if first else ""] if many else []) + [f"{row.sigma:.2f}" if first else ""]
         prev = (row.dataset, row.sigma)
+        blank = [""] * (len(sig) + 1)
         ours = f"ours ({len(per_seed)} of {len(seeds)} seeds)" if len(per_seed) < len(seeds) else (
             f"ours ({len(seeds)} seeds)" if len(seeds) > 1 else "ours")
-        lines.append("| " + " | ".join([sig, row.label, ours, _cell(acr_m, acr_s, 3),
+        lines.append("| " + " | ".join([*sig, row.label, ours, _cell(acr_m, acr_s, 3),
                                          *[_cell(*acc[r], 1) for r in radii]]) + " |")
         if p is not None:
             paper_acc = [p.accuracy_at(r) for r in radii]
             std = getattr(p, "acr_std", None)
-            lines.append("| " + " | ".join(["", "", "paper", _cell(p.acr, math.nan if std is None else std, 4 if std else 3),
+            lines.append("| " + " | ".join([*blank, "paper", _cell(p.acr, math.nan if std is None else std, 4 if std else 3),
                                              *["" if a is None else f"{a:.1f}" for a in paper_acc]]) + " |")
-            lines.append("| " + " | ".join(["", "", "difference", _diff(acr_m, p.acr, 3),
+            lines.append("| " + " | ".join([*blank, "difference", _diff(acr_m, p.acr, 3),
                                              *[_diff(acc[r][0], a, 1) for r, a in zip(radii, paper_acc)]]) + " |")
         record.append({"label": row.label, "dataset": row.dataset, "method": row.method, "sigma": row.sigma,
                        "hparams": row.hparams, "run": row.key, "seeds": {str(k): v for k, v in per_seed.items()},
