@@ -288,7 +288,7 @@ def test_table_info_protocols():
         rp.TABLE_INFO["catrs:table3"].protocol("cifar10")
     assert rp.PAPER_TABLES["consistency:tableB2"].startswith(
         "Jeong & Shin 2020, Consistency Regularization for Certified Robustness of Smoothed Classifiers, "
-        "arXiv 2006.04062, Table 2 (appendix): appendix Table 2, MNIST")
+        "arXiv 2006.04062, Table 2 (appendix): MNIST, LeNet")
     for t, i in rp.TABLE_INFO.items():
         assert rp.PAPER_TABLES[t] == f"{i.citation}, Table {i.number}: {i.description}"
 

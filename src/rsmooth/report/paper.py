@@ -73,8 +73,8 @@ TABLE_INFO: Dict[str, TableInfo] = {
                               "certified accuracy (%) of five training methods", {"imagenet": _IMAGENET_500}),
     "catrs:table12": TableInfo(_CATRS, "12", "MNIST (LeNet, sigma 0.25/0.5/1.0) and CIFAR-10 (ResNet-110, "
                                "sigma 0.5, 2,000 test images): ACR mean ± std over 5 seeds of seven training "
-                               "methods", {"mnist": _FULL, "cifar10": {"skip": 5, "max": 2000}},  # footnote 9
-                               seeds=5, acr_only=True),
+                               "methods", {"mnist": _FULL, "cifar10": {"skip": 5, "max": 2000}},
+                               seeds=5, acr_only=True),  # footnote 9: "size 2000", which ones unstated: every 5th
     "catrs-v1:table2": TableInfo(_CATRS_V1, "2", f"CIFAR-10, ResNet-110, sigma 0.25/0.5/1.0: {_WHAT}",
                                  {"cifar10": _FULL}),
     "consistency:table1": TableInfo(_CONSISTENCY, "1", "CIFAR-10, ResNet-110, sigma 0.25/0.5/1.0: ACR and "
@@ -82,10 +82,10 @@ TABLE_INFO: Dict[str, TableInfo] = {
     "consistency:table2": TableInfo(_CONSISTENCY, "2", "ImageNet, ResNet-50, sigma 0.5/1.0, 500 validation "
                                     "images: ACR and certified accuracy (%) of Gaussian, + Consistency and "
                                     "SmoothAdv", {"imagenet": _IMAGENET_500}),  # Sec. 4.3
-    "consistency:tableB2": TableInfo(_CONSISTENCY, "2 (appendix)", "appendix Table 2, MNIST, LeNet, sigma "
+    "consistency:tableB2": TableInfo(_CONSISTENCY, "2 (appendix)", "MNIST, LeNet, sigma "
                                      f"0.25/0.5/1.0: ACR and certified accuracy (%) of {_CONS_ROWS}",
                                      {"mnist": _FULL}),  # the subset is not stated: the full test set
-    "consistency:tableB3": TableInfo(_CONSISTENCY, "3 (appendix)", "appendix Table 3, MNIST, LeNet, sigma "
+    "consistency:tableB3": TableInfo(_CONSISTENCY, "3 (appendix)", "MNIST, LeNet, sigma "
                                      f"0.25/0.5/1.0: ACR mean ± std over 5 seeds of {_CONS_ROWS}",
                                      {"mnist": _FULL}, seeds=5, acr_only=True),
 }
