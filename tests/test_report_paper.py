@@ -434,3 +434,21 @@ def test_analyze_a_table_of_5_seed_means(tmp_path):
     assert "ACR is the mean over 5 seeds; mean ± std as printed: CAT-RS mnist sigma=0.25 0.9329 ± 0.0001" in out
     row = json.loads(analyze([tsv], paper="catrs:table12", as_json=True, radii=[0]))["paper"]["rows"][0]
     assert (row["acr"], row["acr_std"], row["certified_accuracy_percent"]) == (0.9329, 0.0001, {"0.0": None})
+
+
+@needs_papers
+def test_released_smoothadv_rows_list_the_configurations_of_the_appendix():
+    """Jeong & Shin 2020 App. A.3 Table 1: attack, steps, eps in 1/256 units, m of each released model."""
+    head, *printed = _after(_text("consistency"), "\nTable 1: Detailed specification of hyperparameters",
+                            "Dataset\t")
+    listed = {("imagenet" if "imagenet" in c[0].lower() else "cifar10", float(c[1])):
+              {"eps": int(c[4]) / 256, "num_noise": int(c[5]), "num_steps": int(c[3])} for c in printed}
+    assert {c[2] for c in printed} == {"PGD"} and len(listed) == 5
+    released = [r for t in ("consistency:table1", "consistency:table2") for r in rp.paper_table(t)
+                if r.method == "smoothadv-released"]
+    assert len(released) == 5
+    assert all(r.hparams == listed[(r.dataset, r.sigma)] for r in released)
+    for (dataset, sigma), hp in listed.items():  # the smoothadv presets use the same configurations
+        if (dataset, sigma) != ("imagenet", 0.5):
+            preset = get_preset(f"{dataset}/smoothadv/{sigma:.2f}").hparams
+            assert {k: preset[k] for k in hp} == hp and preset["attack"] == "pgd"
