@@ -479,9 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--paper", metavar="TABLE",
                    help="with certify files: a paper table (e.g. catrs:table4 = Jeong, Kim, Shin 2023, CAT-RS, "
                    "arXiv 2212.09000, Table 4, Fashion-MNIST) whose published ACR and certified accuracy follow "
-                   "our rows, one row per (method, sigma) that matches a file's dataset, sigma and method (the "
-                   "whole table, marked for reference, when none does); 'list' lists the tables. With "
-                   "--corruptions: auto (default: the paper's numbers beside ours when the dataset, sigma and "
+                   "our rows: the rows that match a file's dataset, sigma and method, and its hyperparameters where "
+                   "its metadata records them (the whole table, marked for reference, when none does); 'list' "
+                   "lists the tables. With --corruptions: auto (default: the paper's numbers beside ours when the dataset, sigma and "
                    "method match), always (marked not comparable when they do not) or never")
     a.add_argument("--radii", type=float, nargs="+", help="radii for the columns (default: 0 to the largest radius, step 0.25)")
     a.add_argument("--format", default="markdown", choices=["markdown", "latex", "csv"], help="table format")

@@ -154,11 +154,15 @@ ROWS: List[Row] = [
     ("imagenet", "smoothadv", 1.00, dict(eps=2.0, num_noise=1, num_steps=1, warmup=10, attack="pgd")),
     ("imagenet", "smoothmix", 1.00, dict(eta=5.0, num_noise=1, num_steps=1, alpha_step=8.0,
                                          mix_step=1, mix_eps=1.0)),  # Jeong et al. 2021 App. G
+    # sigma 0.5: Jeong & Shin 2020 Table 2 (lambda 5, eta 0.5)
+    ("imagenet", "gaussian", 0.50, {}),
+    ("imagenet", "consistency", 0.50, dict(num_noise=2, lbd=5.0, eta=0.5)),
 ]
 
 #: source override for rows outside the dataset's table
 SOURCES: Dict[Tuple[str, float], str] = {
     ("cifar100", 1.00): f"{_CATRS} App. C.5 (Table 5 omits sigma 1.0, footnote 8)",
+    ("imagenet", 0.50): "Jeong & Shin 2020 (Consistency, arXiv 2006.04062) Table 2",
 }
 
 #: notes, most specific first: (dataset, method, sigma), (dataset, method), (dataset,), (method,)

@@ -5,7 +5,7 @@ when a plot is drawn.  ``rsmooth analyze`` prints :func:`analyze`'s text, and
 :func:`corruption_tables`'s for folders of corruption results.
 """
 from .corruptions import corruption_tables
-from .paper import PAPER_TABLES, paper_table
+from .paper import PAPER_TABLES, TABLE_INFO, paper_table
 from .plots import plot_certified_accuracy, plot_corruptions
 from .summary import FileSummary, analyze, parse_radii, summarize, to_json
 from .tables import TABLE_FORMATS, TableFormat, format_table
@@ -20,6 +20,7 @@ __all__ = [
     "analyze",
     "corruption_tables",
     "PAPER_TABLES",
+    "TABLE_INFO",
     "paper_table",
     "parse_radii",
     "TableFormat",

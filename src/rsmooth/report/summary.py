@@ -235,6 +235,7 @@ def analyze(paths: Sequence[PathLike], radii: Radii = None, fmt: str = "markdown
             radii = _table_radii(summaries, None)
             out["paper"] = {"table": paper, "notes": notes, "rows": [
                 {"label": r.label, "method": r.method, "dataset": r.dataset, "sigma": r.sigma, "acr": r.acr,
+                 "acr_std": r.acr_std, "hparams": r.hparams,
                  "certified_accuracy_percent": {str(float(x)): r.accuracy_at(x) for x in radii}}
                 for r in rows]}
         return json.dumps(out, indent=2)
