@@ -35,7 +35,7 @@ TEST_TABLE = textwrap.dedent("""
     S.TABLES.register("test:tiny", replace=True)(lambda: S.TableSpec(
         "test:tiny", "a test table", ROWS, (0.0, 0.25, 0.5), lambda d: dict(S.PAPER_PROTOCOL)))
 """)
-BUDGET = "smoke,train=0.5,epochs=0.1,test=0.05"
+BUDGET = "smoke,train=0.3,epochs=0.1,test=0.05"
 exec(TEST_TABLE)
 
 
@@ -73,7 +73,7 @@ def test_killed_then_rerun_reproduction_writes_the_table(tmp_path):
     assert proc.returncode == 0, log
     assert "steps already done" in log
     table = (out / "table.md").read_text()
-    assert "Budget smoke,epochs=0.1,train=0.5,test=0.05, REDUCED, not the paper's protocol" in table
+    assert "Budget smoke,epochs=0.1,train=0.3,test=0.05, REDUCED, not the paper's protocol" in table
     assert "n = 1,000" in table and "every 20th test example" in table
     res = json.loads((out / "results.json").read_text())
     assert [r["label"] for r in res["rows"]] == ["Gaussian", "CAT-RS", "Consistency"]
@@ -88,7 +88,9 @@ def test_killed_then_rerun_reproduction_writes_the_table(tmp_path):
                 next(ln for ln in table.splitlines() if f"| {row['label']} |" in ln)):] if "difference" in ln)
             assert f"{acr - row['paper']['acr']:+.3f}" in line
     cfg = json.loads((out / "runs/digits/consistency_0.50_lbd2/seed0/config.json").read_text())["config"]
-    assert cfg["hparams"]["lbd"] == 2.0 and cfg["epochs"] == 3 and cfg["train_subset"] == 718
+    assert cfg["hparams"]["lbd"] == 2.0 and cfg["epochs"] == 3 and cfg["train_subset"] == 431
+    from rsmooth.metrics import read_sidecar
+    assert read_sidecar(out / "runs/digits/consistency_0.50_lbd2/seed0/certify.tsv")["hparams"]["lbd"] == 2.0
     assert "Note: ACR order, digits sigma 0.25: ours" in table and "of 1 pairs ordered alike" in table
 
     # a third run finds everything done and writes the same table
@@ -165,3 +167,40 @@ def test_select_rows_and_errors(tmp_path, capsys):
     assert "holds a reproduction of rsmooth:digits at budget small, not rsmooth:digits at smoke" in capsys.readouterr().err
     assert main(["reproduce", "--list"]) == 0
     assert "rsmooth:digits: " in capsys.readouterr().out
+
+
+def test_table_over_seeds_against_numpy(tmp_path):
+    """--collect on hand-written certify files: mean +- std (ddof 1) per cell, the paper's row, the
+    difference and the ACR orderings, all recomputed here with numpy."""
+    from rsmooth.metrics import CertifyWriter, write_sidecar
+
+    spec = select(get_table("catrs:table4"), ["gaussian", "catrs"], [0.25])
+    radii = {("gaussian", 0): [0.6, 0.3, 0.0, 0.2], ("gaussian", 1): [0.5, 0.5, 0.1, 0.0],
+             ("catrs", 0): [0.9, 0.8, 0.0, 0.7], ("catrs", 1): [0.9, 0.0, 0.4, 0.7]}
+    correct = [1, 1, 0, 1]
+    for (method, seed), rs in radii.items():
+        tsv = tmp_path / "runs" / "fashion-mnist" / f"{method}_0.25" / f"seed{seed}" / "certify.tsv"
+        tsv.parent.mkdir(parents=True)
+        with CertifyWriter(tsv) as w:
+            for i, (r, c) in enumerate(zip(rs, correct)):
+                w.write(i, 0, 0 if c else 1, r, c, 0.1)
+        write_sidecar(tsv, {"complete": True})
+    text = reproduce("catrs:table4", str(tmp_path), budget="small,train=1", seeds=2, methods=["gaussian", "catrs"],
+                     sigmas=[0.25], collect=True)
+    lines = text.splitlines()
+    for method, label in (("gaussian", "Gaussian"), ("catrs", "CAT-RS")):
+        acrs = [np.mean(np.array(radii[(method, s)]) * correct) for s in (0, 1)]
+        acc50 = [100 * np.mean((np.array(radii[(method, s)]) >= 0.5) & (np.array(correct) == 1)) for s in (0, 1)]
+        k = next(i for i, ln in enumerate(lines) if f"| {label} | ours (2 seeds) |" in ln)
+        cells = [c.strip() for c in lines[k].split("|")[1:-1]]
+        assert cells[3] == f"{np.mean(acrs):.3f} ± {np.std(acrs, ddof=1):.3f}"
+        assert cells[6] == f"{np.mean(acc50):.1f} ± {np.std(acc50, ddof=1):.1f}"  # radius 0.50
+        paper = next(r for r in spec.rows if r.method == method).paper
+        assert lines[k + 1].split("|")[4].strip() == f"{paper.acr:.3f}"
+        assert lines[k + 2].split("|")[4].strip() == f"{np.mean(acrs) - paper.acr:+.3f}"
+    assert "Budget small,train=1, REDUCED, not the paper's protocol: epochs x0.1 (90 -> 9, 150 -> 15" in text
+    assert "training set x1 (all)" in text and "n = 10,000" in text and "every 10th test example" in text
+    assert "Note: ACR order, fashion-mnist sigma 0.25: ours Gaussian < CAT-RS; paper Gaussian < CAT-RS; " \
+           "1 of 1 pairs ordered alike" in text
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["rows"][0]["seeds"]["1"]["acr"] == pytest.approx(np.mean(np.array(radii[("gaussian", 1)]) * correct))

@@ -125,7 +125,8 @@ def run_certification(
         "n0": n0 if mode == "certify" else None, "n": n, "alpha": alpha, "batch_size": batch_size,
         "start": start, "skip": skip, "max": max, "num_examples": len(indices), "seed": seed,
         **smooth.mode(), "checkpoint": str(loaded.path), "checkpoint_sha256": file_sha256(loaded.path),
-        "arch": loaded.arch, "method": loaded.meta.get("method"), "data_fingerprint": data.fingerprint(), "device": str(dev),
+        "arch": loaded.arch, "method": loaded.meta.get("method"),
+        "hparams": (loaded.meta.get("config") or {}).get("hparams"), "data_fingerprint": data.fingerprint(), "device": str(dev),
         "versions": versions(), "git_commit": git_commit(),
         "started": datetime.datetime.now().isoformat(timespec="seconds"),
     }

@@ -79,8 +79,9 @@ def caption(spec: TableSpec, budget: Budget, seeds: Sequence[int], train_sizes: 
         lines.append(f"Certification ({d}): CERTIFY (Cohen, Rosenfeld, Kolter 2019, arXiv 1902.02918) n0 = "
                      f"{p['n0']:,}, n = {p['n']:,}, alpha = {p['alpha']:g}, {which}"
                      + (f", at most {p['max']:,}" if p.get("max") else "") + ".")
-    lines.append(f"Ours: mean ± std (ddof 1) over {len(seeds)} seeds ({', '.join(map(str, seeds))}) when more than "
-                 f"one; paper: {'mean ± std over ' + str(spec.published_seeds) + ' seeds' if spec.published_seeds > 1 else 'one run'}; "
+    ours = (f"mean ± std (ddof 1) over {len(seeds)} seeds ({', '.join(map(str, seeds))})" if len(seeds) > 1
+            else f"seed {seeds[0]}")
+    lines.append(f"Ours: {ours}; paper: {'mean ± std over ' + str(spec.published_seeds) + ' seeds' if spec.published_seeds > 1 else 'one run'}; "
                  f"difference = ours - paper; certified accuracy in %.")
     return lines
 

@@ -10,7 +10,6 @@ own on the built-in data (no published values): what the tests and a first try r
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -102,10 +101,8 @@ def _paper_spec(table_id: str) -> TableSpec:
     info = TABLE_INFO[table_id]
     rows, skipped = [], []
     for p in paper_table(table_id):
-        name = re.split(r" [\[(]", p.row, maxsplit=1)[0]
         if p.method in METHODS:
-            hp = ", ".join(f"{k}={_short(v)}" for k, v in sorted(p.hparams.items()))
-            rows.append(Row(p.dataset, p.method, p.sigma, f"{name} ({hp})" if hp else name, dict(p.hparams), p))
+            rows.append(Row(p.dataset, p.method, p.sigma, p.label.split(" sigma=")[0], dict(p.hparams), p))
         else:
             skipped.append(f"{p.row} (sigma {p.sigma:g})")
     radii = sorted({r for p in paper_table(table_id) for r in p.accuracy})
