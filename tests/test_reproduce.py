@@ -144,8 +144,10 @@ def test_plan_shares_the_sigma0_model_and_targets(tmp_path):
         assert all(any(d == t.out for t in steps[:steps.index(s)]) for d in s.deps), s.title
     cat = [s for s in steps if "catrs_0.50 seed 1" in s.title and s.kind == "train"][0]
     assert cat.deps == [tmp_path / "runs/digits/targets_0.25/seed1.npy"]
-    text = commands(steps)
+    text = commands(steps, tmp_path / "commands")
     assert text.splitlines()[0] == "# stage 1 (train): 12 independent command(s)"
+    stage3 = (tmp_path / "commands" / "stage3.txt").read_text().splitlines()
+    assert len(stage3) == 4 and all(ln.startswith("rsmooth train --dataset digits --method catrs") for ln in stage3)
     assert "# stage 3 (train (needs targets)): 4 independent command(s)" in text
     assert text.count("rsmooth certify") == 16
 

@@ -83,7 +83,7 @@ def reproduce(table: str, out: str, *, budget: str = "small", seeds: int = 1, jo
     seed_list = list(range(seeds))
     steps = plan(spec, b, seed_list, root, data_dir=data_dir, device=device)
     if print_commands:
-        return commands(steps)
+        return commands(steps, root / "commands")
     if not collect:
         run_steps(steps, jobs, root / "logs", log)
     return render(spec, b, seed_list, root, _train_sizes(spec, b, data_dir))

@@ -229,13 +229,17 @@ def _run_parallel(todo: List[Step], jobs: int, logs: Path, log: Callable[[str], 
         raise RsmoothError(f"step '{step.title}' failed: {tail[0]} (log {path}); fix it and rerun to continue")
 
 
-def commands(steps: Sequence[Step]) -> str:
+def commands(steps: Sequence[Step], folder: Optional[Path] = None) -> str:
     """The steps as shell commands, by stage: the commands of a stage are independent of each
-    other and need only the earlier stages (one job each on a cluster scheduler)."""
+    other and need only the earlier stages (one job each on a cluster scheduler).  With ``folder``,
+    also ``folder/stage<k>.txt``, one command per line (line i = array task i)."""
     lines: List[str] = []
     for stage, name in enumerate(STAGES):
         these = [s for s in steps if s.stage == stage]
         if these:
             lines.append(f"# stage {stage + 1} ({name}): {len(these)} independent command(s)")
             lines += [s.command() for s in these]
+            if folder is not None:
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / f"stage{stage + 1}.txt").write_text("".join(s.command() + "\n" for s in these))
     return "\n".join(lines)
