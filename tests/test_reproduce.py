@@ -167,6 +167,12 @@ def test_select_rows_and_errors(tmp_path, capsys):
     assert main(["reproduce", "rsmooth:digits", "--budget", "smoke", "--out", str(tmp_path / "y"),
                  "--print-commands"]) == 2
     assert "holds a reproduction of rsmooth:digits at budget small, not rsmooth:digits at smoke" in capsys.readouterr().err
+    assert main(["reproduce", "catrs:table12", "--budget", "paper", "--methods", "catrs", "--sigmas", "0.5",
+                 "--out", str(tmp_path / "t12"), "--print-commands"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("rsmooth certify") == 10  # 5 seeds by default (the published means), MNIST and CIFAR-10
+    assert "--dataset cifar10" not in printed and "--preset cifar10/catrs/0.50" in printed
+    assert "--skip 5 --max 2000 --seed 4" in printed
     assert main(["reproduce", "--list"]) == 0
     assert "rsmooth:digits: " in capsys.readouterr().out
 

@@ -539,8 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="paper (the published protocol), small (default: epochs x0.1, 1/6 of the training set, "
                     "targets and n x0.1, every 10th test example) or smoke (x1/30, 1/20, x0.01); a factor may be "
                     "changed: small,epochs=0.05,train=0.1,targets=0.02,n=0.02,test=0.02. The table's caption states it")
-    rp.add_argument("--seeds", type=_integer, default=1, help="train every row with seeds 0..N-1 (default: 1); "
-                    "the table shows mean +- std")
+    rp.add_argument("--seeds", type=_integer, help="train every row with seeds 0..N-1 and show mean +- std "
+                    "(default: as many as the published values are over: 5 for catrs:table12, else 1)")
     rp.add_argument("--methods", nargs="+", metavar="METHOD", help="only the rows of these methods (default: all)")
     rp.add_argument("--sigmas", type=float, nargs="+", metavar="SIGMA",
                     help="only the rows of these noise levels, [0,1] pixel units (default: all)")

@@ -56,19 +56,21 @@ def _check_folder(out: Path, spec: TableSpec, budget: Budget) -> None:
         record.write_text(json.dumps(mine, indent=1) + "\n")
 
 
-def reproduce(table: str, out: str, *, budget: str = "small", seeds: int = 1, jobs: int = 1,
+def reproduce(table: str, out: str, *, budget: str = "small", seeds: Optional[int] = None, jobs: int = 1,
               methods: Optional[Sequence[str]] = None, sigmas: Optional[Sequence[float]] = None,
               print_commands: bool = False, collect: bool = False, data_dir: Optional[str] = None,
               device: Optional[str] = None, log: Callable[[str], None] = print) -> str:
     """Run (or continue) the reproduction of ``table`` into ``out`` and return the table (markdown;
     with ``print_commands`` the steps' commands instead, running nothing; with ``collect`` the
-    table of what is done, running nothing).  ``methods`` and ``sigmas`` keep only those rows."""
+    table of what is done, running nothing).  ``methods`` and ``sigmas`` keep only those rows;
+    ``seeds`` defaults to the number the table's published values are over (5 for tables of means)."""
     from .plan import _train_sizes
 
     spec = get_table(table)
     if methods is not None or sigmas is not None:
         spec = select(spec, None if methods is None else list(methods), None if sigmas is None else list(sigmas))
     b = parse_budget(budget)
+    seeds = spec.published_seeds if seeds is None else seeds
     check(isinstance(seeds, int) and seeds >= 1, f"--seeds must be >= 1, got {seeds}")
     check(isinstance(jobs, int) and jobs >= 1, f"--jobs must be >= 1, got {jobs}")
     check(not (print_commands and collect), "--print-commands and --collect exclude each other; pick one")
