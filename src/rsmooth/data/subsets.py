@@ -52,7 +52,7 @@ def fixed_subset(length: int, size: int) -> torch.Tensor:
     length, size = _as_int(length, "length"), _as_int(size, "size")
     check(1 <= size <= length, f"a subset of the {length} training examples must hold 1 to {length} of "
           f"them, got {size}")
-    perm = torch.randperm(length, generator=torch.Generator().manual_seed(0))
+    perm = torch.randperm(length, generator=torch.Generator().manual_seed(0), device="cpu")
     return perm[:size].sort().values
 
 
