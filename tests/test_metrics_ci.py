@@ -1,5 +1,6 @@
 """Confidence bounds on certified accuracy: against scipy's closed forms, exact enumeration and
 Monte-Carlo simulation of certificates that fail at rate alpha."""
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -62,6 +63,28 @@ def test_wrong_certificates_bound_is_the_exact_binomial_quantile(m, alpha, beta)
     q = wrong_certificates_bound(m, alpha, beta)
     assert q == _quantile_exact(m, alpha, beta)
     assert binom.cdf(q, m, alpha) >= 1 - beta and (q == 0 or binom.cdf(q - 1, m, alpha) < 1 - beta)
+
+
+@pytest.mark.parametrize("m", [100, 500, 10000, 50000])
+@pytest.mark.parametrize("alpha", [0.001, 0.01, 0.05])
+@pytest.mark.parametrize("beta", [0.001, 0.05])
+def test_quantile_below_bernstein(m, alpha, beta):
+    """q < m alpha + sqrt(2 m alpha (1 - alpha) L) + 2 L / 3, L = log(1/beta): Bernstein's inequality
+    for a sum of m Bernoulli(<= alpha <= 1/2), a valid but looser bound."""
+    log = math.log(1 / beta)
+    bernstein = m * alpha + math.sqrt(2 * m * alpha * (1 - alpha) * log) + 2 * log / 3
+    assert wrong_certificates_bound(m, alpha, beta) < bernstein
+
+
+def test_cohen_released_high_prob_formula_is_not_valid_everywhere():
+    """locuslab/smoothing code/analyze.py HighProbAccuracy deducts m alpha + sqrt(m alpha (1 - alpha) L)
+    + L / 3 wrong certificates (Bernstein with halved constants): at m = 10,000, alpha = beta = 0.001
+    more wrong certificates than that occur with probability > beta, while q holds."""
+    m, alpha, beta = 10000, 0.001, 0.001
+    log = math.log(1 / beta)
+    deducted = m * alpha + math.sqrt(m * alpha * (1 - alpha) * log) + log / 3
+    assert binom.sf(math.floor(deducted), m, alpha) > beta
+    assert binom.sf(wrong_certificates_bound(m, alpha, beta), m, alpha) <= beta
 
 
 def test_cohen_protocol_numbers():
