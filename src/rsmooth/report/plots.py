@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import RsmoothError
 from ..metrics import certified_accuracy
-from .summary import FileSummary, PathLike, _check_labels
+from .summary import FileSummary, PathLike, _check_labels, file_bounds
 
 RADIUS_LABEL = "radius (l2, [0,1] pixel units)"
 
@@ -92,7 +92,7 @@ def plot_certified_accuracy(summaries: Sequence[FileSummary], out: PathLike,
     ax.set_title(title)
     with_ci = [s for s in summaries if s.ci]
     if with_ci:
-        level = next(iter(with_ci[0].ci.values())).level
+        level = file_bounds(with_ci[0]).level
         ax.text(0.01, 0.01, f"bars: {100 * level:g}% Clopper-Pearson intervals over the test sample",
                 transform=ax.transAxes, fontsize=7, alpha=0.8)
     ax.grid(True, alpha=0.4)

@@ -167,6 +167,12 @@ def _ci_level(ci: Union[bool, float, None]) -> Optional[float]:
     return DEFAULT_CI_LEVEL if ci is True else check_probability("the confidence level ci (--ci-level)", ci, "0.95")
 
 
+def file_bounds(s: FileSummary) -> AccuracyBounds:
+    """The bounds of a summary made with ``ci`` at its first radius: its ``level``, ``alpha`` and
+    ``wrong_certificates`` (the same at every radius of the file)."""
+    return next(iter(s.ci.values()))
+
+
 def _file_alpha(path: Path, meta: Optional[dict], alpha: Optional[float]) -> Optional[float]:
     """The certificates' failure probability: the sidecar's ``alpha``, else the given one (None when
     neither); a given alpha that contradicts the sidecar's is an error."""
@@ -257,7 +263,7 @@ def to_json(summaries: Sequence[FileSummary]) -> dict:
             "sigma": s.sigma,
         }
         if s.ci:
-            first = next(iter(s.ci.values()))
+            first = file_bounds(s)
             entry["ci"] = {"level": first.level, "alpha": first.alpha,
                            "wrong_certificates": first.wrong_certificates,
                            "certified_accuracy": {str(float(r)): {
@@ -316,7 +322,7 @@ def ci_notes(summaries: Sequence[FileSummary], fmt: str) -> List[str]:
     """What the bounds of summaries made with ``ci`` mean, in the words of ``fmt``'s table
     (markdown ``a [lo, hi] ≥ h``, latex with ``$\\geq$``, csv's ``acc@r_*`` columns, json's keys)."""
     cited = "Cohen, Rosenfeld, Kolter 2019, Certified Adversarial Robustness via Randomized Smoothing, arXiv 1902.02918"
-    first = next(iter(summaries[0].ci.values()))
+    first = file_bounds(summaries[0])
     pct = f"{100 * first.level:g}%"
     interval, hp = {"markdown": ("a [lo, hi]", "≥ h"), "latex": ("a [lo, hi]", "$\\geq$ h"),
                     "csv": ("acc@r_lo, acc@r_hi", "acc@r_hp"),
@@ -327,17 +333,17 @@ def ci_notes(summaries: Sequence[FileSummary], fmt: str) -> List[str]:
         f"probability that this certification (same n, alpha) counts a test example drawn from the test "
         f"distribution (correct, radius >= r); it covers the sampling of the test examples, not the "
         f"Monte-Carlo error of each certificate (each wrong with probability <= alpha; {cited}, Sec. 3.2)."]
-    known = [s for s in summaries if next(iter(s.ci.values())).alpha is not None]
+    known = [(s, file_bounds(s)) for s in summaries if file_bounds(s).alpha is not None]
     if known:
-        qs = "; ".join(f"{s.label}: q = {next(iter(s.ci.values())).wrong_certificates} (m = {s.num_examples}, "
-                       f"alpha = {next(iter(s.ci.values())).alpha:g})" for s in known)
+        qs = "; ".join(f"{s.label}: q = {b.wrong_certificates} (m = {s.num_examples}, alpha = {b.alpha:g})"
+                       for s, b in known)
         notes.append(
             f"{hp}: with probability >= {pct} over the certification noise, the smoothed classifier truly "
             f"classifies at least this fraction of the m test examples correctly and robustly at r (at every r "
             f"at once): the count minus q, the {pct} quantile of Binomial(m, alpha), a bound on the wrong "
             f"certificates among all m, which fail independently with probability <= alpha each (Cohen et al.'s "
             f"high-probability certified accuracy; {cited}, Sec. 3.2 and 4); {qs}.")
-    unknown = [s.label for s in summaries if next(iter(s.ci.values())).alpha is None]
+    unknown = [s.label for s in summaries if file_bounds(s).alpha is None]
     if unknown:
         notes.append(f"no high-probability bound for {', '.join(unknown)}: no alpha recorded (no sidecar JSON with one); "
                      f"give the certificates' alpha (--alpha) for one.")

@@ -23,7 +23,7 @@ from typing import List, Sequence, TYPE_CHECKING
 
 from ..errors import RsmoothError
 from ..metrics import AccuracyBounds, accuracy_bounds, certified_accuracy, certified_counts
-from .summary import FileSummary, Radii, _resolve_radii, ci_notes
+from .summary import FileSummary, Radii, _resolve_radii, ci_notes, file_bounds
 
 if TYPE_CHECKING:
     from .paper import PaperRow
@@ -74,7 +74,7 @@ def _bounds_at(s: FileSummary, radii: Sequence[float]) -> List[AccuracyBounds]:
     if s.result is None:
         raise RsmoothError(f"{s.path}: no confidence bounds at radius {missing[0]} "
                            f"(summarize with these radii)")
-    first = next(iter(s.ci.values()))
+    first = file_bounds(s)
     counts = certified_counts(s.result.radius, s.result.correct, radii)
     return [accuracy_bounds(int(k), s.num_examples, first.level, first.alpha) for k in counts]
 
