@@ -1,5 +1,6 @@
 """Summaries, tables (markdown/latex/csv), JSON, plot and analyze()."""
 import csv
+import math
 import io
 import json
 import subprocess
@@ -218,3 +219,153 @@ def test_plot_steps_match_metric(files, tmp_path, monkeypatch):
         assert r in x.tolist()
     assert y[x.tolist().index(0.6)] == pytest.approx(100 * 2 / 6)
     assert y[-1] == 0.0
+
+
+# --ci: intervals, the high-probability bound, notes, JSON and error bars
+
+def _cp(k, m, level=0.95):
+    """Independent reference: scipy's exact (Clopper-Pearson) interval."""
+    from scipy.stats import binomtest
+    ci = binomtest(k, m).proportion_ci(confidence_level=level, method="exact")
+    return ci.low, ci.high
+
+
+def _outward(lo, hi):
+    return f"[{math.floor(1000 * lo + 1e-7) / 10:.1f}, {math.ceil(1000 * hi - 1e-7) / 10:.1f}]"
+
+
+def test_ci_markdown_cells_and_notes(files):
+    write_sidecar(files[0], {"sigma": 0.25, "alpha": 0.001})
+    text = analyze(files, radii=[0, 0.5], ci=True)
+    lines = text.splitlines()
+    # a: m = 6, counts 4 and 2; q = 0 since P(Binomial(6, 0.001) = 0) = 0.994 >= 0.95, so h = a
+    assert lines[2] == (f"| gauss_s025 | 0.25 | 6 | 0.367 | 66.7 {_outward(*_cp(4, 6))} ≥ 66.6 "
+                        f"| 33.3 {_outward(*_cp(2, 6))} ≥ 33.3 |")
+    # b has no sidecar, so no alpha: interval only
+    assert lines[3] == f"| cat_rs |  | 4 | 0.188 | 50.0 {_outward(*_cp(2, 4))} | 25.0 {_outward(*_cp(1, 4))} |"
+    notes = [ln for ln in lines if ln.startswith("Note: ")]
+    assert len(notes) == 4 and "\n" not in notes[0]
+    assert "a [lo, hi]" in notes[0] and "95% Clopper-Pearson" in notes[0]
+    assert "sampling of the test examples, not the Monte-Carlo error" in notes[0]
+    assert "≥ h" in notes[1] and "Binomial(m, alpha)" in notes[1] and "arXiv 1902.02918" in notes[1]
+    assert "gauss_s025: q = 0 (m = 6, alpha = 0.001)" in notes[1]
+    assert "no high-probability bound for cat_rs" in notes[2] and "--alpha" in notes[2]
+    assert "rounded outward" in notes[3]
+    # without ci the table is the one of before
+    assert "[" not in analyze(files) and "Note" not in analyze(files)
+
+
+def test_ci_cells_round_outward():
+    from rsmooth.metrics import AccuracyBounds
+    from rsmooth.report.tables import TableFormat, _ci_cell
+
+    b = AccuracyBounds(count=82, num_examples=100, level=0.95, lo=0.12345, hi=0.12301, alpha=0.001,
+                       wrong_certificates=0, hp=0.82, hp_population=0.7)
+    assert _ci_cell(82.0, b, TableFormat.MARKDOWN) == "82.0 [12.3, 12.4] ≥ 82.0"
+    assert _ci_cell(82.0, b, TableFormat.LATEX) == r"82.0 [12.3, 12.4] $\geq$ 82.0"
+
+
+def test_ci_high_probability_bound_with_alpha_and_level(tmp_path):
+    """m = 500 at alpha 0.001 (Cohen et al.'s CIFAR-10 protocol): q = 2 at 95%, 3 at 99%."""
+    from scipy.stats import binom
+
+    rows = [(i, 0, 0, 0.6 if i < 412 else 0.0, int(i < 412)) for i in range(500)]
+    path = _write(tmp_path / "m500.tsv", rows)
+    for level, q in ((0.95, 2), (0.99, 3)):
+        assert binom.cdf(q, 500, 0.001) >= level > binom.cdf(q - 1, 500, 0.001)
+        (s,) = summarize([path], radii=[0.5], ci=level, alpha=0.001)
+        b = s.ci[0.5]
+        assert (b.count, b.wrong_certificates, b.hp) == (412, q, (412 - q) / 500)
+        assert (b.lo, b.hi) == pytest.approx(_cp(412, 500, level), rel=1e-9)
+
+
+def test_ci_csv_columns(files):
+    write_sidecar(files[0], {"sigma": 0.25, "alpha": 0.001})
+    text = analyze(files, radii=[0, 0.5], fmt="csv", ci=0.9, alpha=0.001)  # alpha: for b, without a sidecar
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == ["model", "sigma", "examples", "ACR", "0.00", "0.50", "acc@0.00_lo", "acc@0.00_hi",
+                       "acc@0.00_hp", "acc@0.50_lo", "acc@0.50_hi", "acc@0.50_hp"]
+    a_row, b_row = rows[1], rows[2]
+    assert [float(v) for v in a_row[4:6]] == [400 / 6, 200 / 6]  # unchanged cells
+    lo, hi = _cp(2, 6, 0.9)
+    assert [float(v) for v in a_row[9:12]] == pytest.approx([100 * lo, 100 * hi, 200 / 6], rel=1e-9)
+    # b (m = 4) with alpha 0.001: P(Binomial(4, 0.001) = 0) = 0.996 >= 0.9, so q = 0 and hp = count
+    assert float(b_row[11]) == 25.0 and float(b_row[8]) == 50.0
+    assert rows[4][0].startswith("note: acc@r_lo, acc@r_hi: the exact two-sided 90% Clopper-Pearson")
+    assert any(r and r[0].startswith("note: acc@r_hp: ") for r in rows)
+
+
+def test_ci_latex_bolds_by_value(files):
+    text = analyze(files, radii=[0.25], fmt="latex", ci=True, alpha=0.001)
+    assert r"\textbf{50.0 [" in text and r"$\geq$" in text
+    assert text.count(r"\textbf{50.0") == 2  # tie at 0.25: both bold
+    assert "% note: a [lo, hi]" in text and r"% note: $\geq$ h" in text
+
+
+def test_ci_json(files):
+    write_sidecar(files[0], {"alpha": 0.001})
+    out = json.loads(analyze(files, radii=[0.5], as_json=True, ci=0.9))
+    a, b = out["files"]
+    assert a["certified_accuracy"] == {"0.5": pytest.approx(2 / 6)}  # unchanged
+    assert (a["ci"]["level"], a["ci"]["alpha"], a["ci"]["wrong_certificates"]) == (0.9, 0.001, 0)
+    cell = a["ci"]["certified_accuracy"]["0.5"]
+    assert cell["count"] == 2 and (cell["lo"], cell["hi"]) == pytest.approx(_cp(2, 6, 0.9), rel=1e-9)
+    assert cell["hp"] == pytest.approx(2 / 6)
+    # q = 0 at beta/2 as well, so the union bound's one-sided beta/2 end is the interval's lower end
+    assert cell["hp_population"] == pytest.approx(cell["lo"], rel=1e-12)
+    assert b["ci"]["alpha"] is None and b["ci"]["certified_accuracy"]["0.5"]["hp"] is None
+    assert out["notes"][0].startswith("lo, hi: the exact two-sided 90% Clopper-Pearson")
+    assert "ci" not in json.loads(analyze(files, as_json=True))["files"][0]
+
+
+def test_ci_table_at_other_radii_recomputes_bounds(files):
+    summaries = summarize(files, radii=[0.5], ci=True, alpha=0.001)
+    text = format_table(summaries, radii=[0.25], fmt="markdown")
+    assert f"50.0 {_outward(*_cp(3, 6))} ≥ 50.0" in text
+
+
+def test_ci_errors(files, capsys):
+    from rsmooth.cli import main
+
+    write_sidecar(files[0], {"alpha": 0.001})
+    with pytest.raises(RsmoothError, match="sidecar records alpha 0.001, not 0.01"):
+        summarize(files, ci=True, alpha=0.01)
+    for bad in (95, 0, 1.0, "x"):
+        with pytest.raises(RsmoothError, match=r"confidence level ci \(--ci-level\) must be"):
+            analyze(files, ci=bad)
+    with pytest.raises(RsmoothError, match=r"alpha must be in \(0, 1\)"):
+        summarize(files, ci=True, alpha=2.0)
+    for argv, message in ((["--ci-level", "0.9"], "--ci-level goes with --ci"),
+                          (["--alpha", "0.001"], "--alpha goes with --ci"),
+                          (["--ci", "--ci-level", "95"], "confidence level")):
+        assert main(["analyze", *map(str, files), *argv]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1
+    assert main(["analyze", "--corruptions", str(files[0].parent), "--ci"]) == 2
+    assert "--ci goes with certify files" in capsys.readouterr().err
+    assert main(["analyze", *map(str, files), "--ci", "--ci-level", "0.9", "--radii", "0.5"]) == 0
+    assert "90% Clopper-Pearson" in capsys.readouterr().out
+
+
+def test_ci_plot_error_bars(files, tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    bars = []
+    real = matplotlib.axes.Axes.errorbar
+
+    def spy(self, x, y, *args, **kwargs):
+        bars.append((np.asarray(x), np.asarray(y), np.asarray(kwargs["yerr"])))
+        return real(self, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "errorbar", spy)
+    analyze(files, radii=[0, 0.5], plot=tmp_path / "ci.png", ci=True)
+    assert (tmp_path / "ci.png").read_bytes()[:4] == b"\x89PNG"
+    assert len(bars) == 2
+    x, y, yerr = bars[0]
+    assert x.tolist() == [0.0, 0.5] and y.tolist() == pytest.approx([400 / 6, 200 / 6])
+    lo, hi = _cp(2, 6)
+    assert yerr[:, 1] == pytest.approx([200 / 6 - 100 * lo, 100 * hi - 200 / 6])
+    assert bars[1][0][0] > 0  # the second file's bars sit beside the first's
+    bars.clear()
+    analyze(files, plot=tmp_path / "plain.png")
+    assert bars == []  # no --ci, no bars

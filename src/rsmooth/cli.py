@@ -491,6 +491,19 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--labels", nargs="+", help="one label per file or --corruptions folder (default: the file "
                    "names, or the run folders when the names repeat, as runs/*/certify.tsv; for folders the "
                    "training method)")
+    a.add_argument("--ci", action="store_true",
+                   help="honest accuracy figures: each certified accuracy with its exact two-sided Clopper-Pearson "
+                   "interval over the test sample (the sampling of test examples, not each certificate's Monte-Carlo "
+                   "error) and Cohen et al.'s high-probability lower bound, which discounts the wrong certificates "
+                   "(at most the quantile of Binomial(m, alpha) of them; Cohen, Rosenfeld, Kolter 2019, arXiv "
+                   "1902.02918, Sec. 3.2 and 4); CSV gets columns acc@r_lo, acc@r_hi, acc@r_hp, --json the numbers, "
+                   "--plot error bars; notes under the table say what each means")
+    a.add_argument("--ci-level", type=float, metavar="LEVEL",
+                   help="with --ci: the confidence level of both (default: 0.95)")
+    a.add_argument("--alpha", type=float,
+                   help="with --ci: the certificates' alpha for files without a sidecar JSON that records it "
+                   "(public codebases' TSVs; their standard protocol: 0.001); without it such files get no "
+                   "high-probability bound")
     a.set_defaults(func=cmd_analyze)
 
     d = sub.add_parser("demo", help="train -> certify -> analyze on the built-in digits data",
@@ -710,7 +723,11 @@ def cmd_analyze(args: argparse.Namespace) -> None:
         except RsmoothError:
             raise RsmoothError(f"--paper {args.paper}: unknown table; choose one of {', '.join(PAPER_TABLES)} "
                                f"('--paper list' describes them)") from None
+    if not args.ci and (args.ci_level is not None or args.alpha is not None):
+        raise RsmoothError(f"{'--ci-level' if args.ci_level is not None else '--alpha'} goes with --ci")
     if args.corruptions:
+        if args.ci:
+            raise RsmoothError("--ci goes with certify files, not --corruptions folders")
         if args.results or args.radii or args.plot:
             raise RsmoothError("--corruptions takes folders of corruption results and prints their tables; "
                                "give certify files (with --radii, --plot) in another 'rsmooth analyze' call")
@@ -722,8 +739,9 @@ def cmd_analyze(args: argparse.Namespace) -> None:
     if args.severity is not None:
         raise RsmoothError("--severity goes with --corruptions FOLDER...")
 
+    ci = (args.ci_level if args.ci_level is not None else True) if args.ci else None
     print(analyze(args.results, radii=args.radii, fmt=args.format, labels=args.labels,
-                  plot=args.plot, as_json=args.json, paper=args.paper))
+                  plot=args.plot, as_json=args.json, paper=args.paper, ci=ci, alpha=args.alpha))
 
 
 def cmd_preview_corruptions(args: argparse.Namespace) -> None:

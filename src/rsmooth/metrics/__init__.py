@@ -1,8 +1,9 @@
-"""Certify TSV + sidecar JSON I/O, certified accuracy and ACR (pure functions).
+"""Certify TSV + sidecar JSON I/O, certified accuracy and ACR, and their confidence bounds (pure
+functions).
 
 Tables and plots built on these live in :mod:`rsmooth.report`.
 """
-from .certified import acr, certified_accuracy, default_radii
+from .certified import acr, certified_accuracy, certified_counts, default_radii
 from .certify_io import (
     TSV_COLUMNS,
     TSV_HEADER,
@@ -14,6 +15,14 @@ from .certify_io import (
     sidecar_path,
     write_sidecar,
 )
+from .intervals import (
+    AccuracyBounds,
+    accuracy_bounds,
+    clopper_pearson_interval,
+    high_probability_count,
+    population_lower_bound,
+    wrong_certificates_bound,
+)
 
 __all__ = [
     "CertifyWriter",
@@ -24,6 +33,13 @@ __all__ = [
     "write_sidecar",
     "read_sidecar",
     "certified_accuracy",
+    "certified_counts",
+    "clopper_pearson_interval",
+    "wrong_certificates_bound",
+    "high_probability_count",
+    "population_lower_bound",
+    "AccuracyBounds",
+    "accuracy_bounds",
     "acr",
     "default_radii",
     "TSV_HEADER",

@@ -55,14 +55,20 @@ def certified_accuracy(radius: ArrayLike, correct: ArrayLike, radii: ArrayLike) 
     Returns:
         float64 array of the shape of ``radii``: fractions in [0, 1].
     """
+    count = certified_counts(radius, correct, radii)
+    return count / float(np.asarray(radius).shape[0])
+
+
+def certified_counts(radius: ArrayLike, correct: ArrayLike, radii: ArrayLike) -> np.ndarray:
+    """``k(r) = #{correct & (radius >= r)}`` at each radius in ``radii``: int64 of the shape of
+    ``radii`` (the numerator of :func:`certified_accuracy`; N = ``len(radius)``)."""
     r, c = _check_inputs(radius, correct)
     q = np.asarray(radii, dtype=np.float64)
     if np.any(np.isnan(q)):
         raise RsmoothError("radii contain NaN")
     certified = np.sort(r[c])  # radii of the correctly classified examples
     # number of correct examples with radius >= q: those not strictly below q
-    count = certified.shape[0] - np.searchsorted(certified, q, side="left")
-    return count / float(r.shape[0])
+    return (certified.shape[0] - np.searchsorted(certified, q, side="left")).astype(np.int64)
 
 
 def acr(radius: ArrayLike, correct: ArrayLike) -> float:

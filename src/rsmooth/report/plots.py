@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import RsmoothError
 from ..metrics import certified_accuracy
-from .summary import FileSummary, PathLike, _check_labels
+from .summary import FileSummary, PathLike, _check_labels, file_bounds
 
 RADIUS_LABEL = "radius (l2, [0,1] pixel units)"
 
@@ -52,7 +52,9 @@ def plot_certified_accuracy(summaries: Sequence[FileSummary], out: PathLike,
     includes every certified radius, so the steps are exact.  ``labels`` default to
     the summaries' labels.  The format is the one ``out``'s extension names
     (:func:`plot_format`: .png, .pdf or .svg; png without an extension).  Parent folders of
-    ``out`` are created; returns its path.
+    ``out`` are created; returns its path.  Summaries made with ``ci`` get error bars at their
+    radii: the Clopper-Pearson interval of each certified accuracy
+    (:func:`rsmooth.metrics.clopper_pearson_interval`).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -71,16 +73,28 @@ def plot_certified_accuracy(summaries: Sequence[FileSummary], out: PathLike,
     fig = Figure(figsize=(6.4, 4.4))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    for s, label in zip(summaries, labels):
+    for i, (s, label) in enumerate(zip(summaries, labels)):
         grid = _radius_grid(s.result.radius, s.result.correct, x_max)
         acc = 100.0 * certified_accuracy(s.result.radius, s.result.correct, grid)
         # acc is constant on (grid[i-1], grid[i]] and equals acc(grid[i]) there: "pre"
-        ax.step(grid, acc, where="pre", label=label, linewidth=1.5)
+        (line,) = ax.step(grid, acc, where="pre", label=label, linewidth=1.5)
+        if s.ci:
+            radii = np.array(list(s.ci))
+            point = 100.0 * certified_accuracy(s.result.radius, s.result.correct, radii)
+            lo, hi = (100.0 * np.array([getattr(b, end) for b in s.ci.values()]) for end in ("lo", "hi"))
+            dodge = 0.006 * x_max * i  # bars of files at the same radius side by side
+            ax.errorbar(radii + dodge, point, yerr=[point - lo, hi - point], fmt="none", ecolor=line.get_color(),
+                        capsize=3, linewidth=1.0)
     ax.set_xlim(0.0, x_max)
     ax.set_ylim(0.0, 100.0)
     ax.set_xlabel(RADIUS_LABEL)
     ax.set_ylabel("certified accuracy (%)")
     ax.set_title(title)
+    with_ci = [s for s in summaries if s.ci]
+    if with_ci:
+        level = file_bounds(with_ci[0]).level
+        ax.text(0.01, 0.01, f"bars: {100 * level:g}% Clopper-Pearson intervals over the test sample",
+                transform=ax.transAxes, fontsize=7, alpha=0.8)
     ax.grid(True, alpha=0.4)
     ax.legend(loc="upper right")
     fig.tight_layout()

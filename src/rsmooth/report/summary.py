@@ -3,7 +3,7 @@
 The numbers are the papers' table entries (Jeong et al. 2022, CAT-RS first version, OpenReview
 qLqeb9AjD2o, Tables 1-2; Jeong & Shin 2020, Consistency, arXiv 2006.04062, Table 1): ACR and
 approximate certified accuracy at radii 0, 0.25, ... over all certified examples
-(:mod:`rsmooth.metrics`).
+(:mod:`rsmooth.metrics`), and with ``ci`` their confidence bounds (:mod:`rsmooth.metrics.intervals`).
 """
 from __future__ import annotations
 
@@ -18,8 +18,17 @@ from typing import Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from ..errors import RsmoothError
-from ..metrics import acr, certified_accuracy, default_radii, read_certify_tsv, read_sidecar
+from ..metrics import (
+    AccuracyBounds,
+    accuracy_bounds,
+    acr,
+    certified_counts,
+    default_radii,
+    read_certify_tsv,
+    read_sidecar,
+)
 from ..metrics.certify_io import CertifyResult
+from ..metrics.intervals import check_probability
 
 PathLike = Union[str, "os.PathLike[str]"]
 Radii = Union[Sequence[float], np.ndarray, str, None]
@@ -32,7 +41,8 @@ class FileSummary:
     ``num_examples`` counts the test examples (rows), not Monte Carlo samples;
     ``certified_accuracy`` maps radius (float) -> fraction in [0, 1];
     ``sigma`` and ``meta`` come from the sidecar JSON when there is one;
-    ``result`` holds the rows (used to plot on a fine radius grid).
+    ``result`` holds the rows (used to plot on a fine radius grid);
+    ``ci`` maps radius -> :class:`rsmooth.metrics.AccuracyBounds` when summarized with ``ci``.
     """
 
     path: str
@@ -43,6 +53,7 @@ class FileSummary:
     sigma: Optional[float] = None
     meta: Optional[dict] = field(default=None, repr=False)
     result: Optional[CertifyResult] = field(default=None, repr=False, compare=False)
+    ci: Optional[Dict[float, AccuracyBounds]] = field(default=None, repr=False)
 
 
 def parse_radii(text: str) -> List[float]:
@@ -130,18 +141,51 @@ def _check_labels(labels: Optional[Sequence[str]], n_files: int) -> Optional[Lis
     return labels
 
 
-def _sigma_from_meta(meta: Optional[dict]) -> Optional[float]:
+def _number_from_meta(meta: Optional[dict], key: str) -> Optional[float]:
+    """``meta[key]`` (or ``meta["config"][key]``) when it is a number, else None."""
     if not meta:
         return None
     for source in (meta, meta.get("config") if isinstance(meta.get("config"), dict) else {}):
-        value = source.get("sigma")
+        value = source.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
     return None
 
 
+def _sigma_from_meta(meta: Optional[dict]) -> Optional[float]:
+    return _number_from_meta(meta, "sigma")
+
+
+#: the confidence level that ``ci=True`` means
+DEFAULT_CI_LEVEL = 0.95
+
+
+def _ci_level(ci: Union[bool, float, None]) -> Optional[float]:
+    """``ci`` as a confidence level in (0, 1) (True: 0.95), or None for no bounds."""
+    if ci is None or ci is False:
+        return None
+    return DEFAULT_CI_LEVEL if ci is True else check_probability("the confidence level ci (--ci-level)", ci, "0.95")
+
+
+def file_bounds(s: FileSummary) -> AccuracyBounds:
+    """The bounds of a summary made with ``ci`` at its first radius: its ``level``, ``alpha`` and
+    ``wrong_certificates`` (the same at every radius of the file)."""
+    return next(iter(s.ci.values()))
+
+
+def _file_alpha(path: Path, meta: Optional[dict], alpha: Optional[float]) -> Optional[float]:
+    """The certificates' failure probability: the sidecar's ``alpha``, else the given one (None when
+    neither); a given alpha that contradicts the sidecar's is an error."""
+    recorded = _number_from_meta(meta, "alpha")
+    if recorded is not None and alpha is not None and recorded != alpha:
+        raise RsmoothError(f"{path}: its sidecar records alpha {recorded:g}, not {alpha:g}; leave alpha "
+                           f"(--alpha) out, it is only for files without a sidecar")
+    return recorded if recorded is not None else alpha
+
+
 def summarize(paths: Sequence[PathLike], radii: Radii = None,
-              labels: Optional[Sequence[str]] = None) -> List[FileSummary]:
+              labels: Optional[Sequence[str]] = None, ci: Union[bool, float, None] = None,
+              alpha: Optional[float] = None) -> List[FileSummary]:
     """Read certify TSVs and compute ACR and certified accuracy for each.
 
     Args:
@@ -150,6 +194,12 @@ def summarize(paths: Sequence[PathLike], radii: Radii = None,
             largest radius over all files (:func:`rsmooth.metrics.default_radii`).
         labels: one display label per file; default the file stems, or the run folders
             where stems repeat or are generic (``runs/fm025/certify.tsv`` -> ``fm025``).
+        ci: a confidence level (``0.95``; ``True`` means 0.95) to also compute each file's
+            :class:`rsmooth.metrics.AccuracyBounds` at each radius: the Clopper-Pearson interval
+            over the test sample and, where the certificates' alpha is known, Cohen et al.'s
+            high-probability lower bound (:mod:`rsmooth.metrics.intervals` says what each covers).
+        alpha: the certificates' failure probability for files whose sidecar records none
+            (public codebases' TSVs); default: the sidecar's, and no high-probability bound without.
 
     Warns (``UserWarning``, one line) when a file is a ``predict`` run: it has no certified
     radii, so its radius-0 column is the smoothed classifier's accuracy and its ACR is 0.
@@ -160,6 +210,9 @@ def summarize(paths: Sequence[PathLike], radii: Radii = None,
     if not paths:
         raise RsmoothError("no result files given")
     labels = _check_labels(labels, len(paths)) or _default_labels(paths)
+    level = _ci_level(ci)
+    if alpha is not None:
+        alpha = check_probability("alpha", alpha, "0.001")
     results = []
     for p in paths:
         res = read_certify_tsv(p)
@@ -173,11 +226,15 @@ def summarize(paths: Sequence[PathLike], radii: Radii = None,
     summaries = []
     for p, label, res in zip(paths, labels, results):
         meta = read_sidecar(p)
-        acc = certified_accuracy(res.radius, res.correct, values)
+        counts = certified_counts(res.radius, res.correct, values)
+        bounds = None
+        if level is not None:
+            file_alpha = _file_alpha(p, meta, alpha)
+            bounds = {float(r): accuracy_bounds(int(k), res.n, level, file_alpha) for r, k in zip(values, counts)}
         summaries.append(FileSummary(
             path=str(p), label=label, num_examples=res.n, acr=acr(res.radius, res.correct),
-            certified_accuracy={float(r): float(a) for r, a in zip(values, acc)},
-            sigma=_sigma_from_meta(meta), meta=meta, result=res))
+            certified_accuracy={float(r): float(k / res.n) for r, k in zip(values, counts)},
+            sigma=_sigma_from_meta(meta), meta=meta, result=res, ci=bounds))
     predict = [s.path for s, res in zip(summaries, results) if _is_predict_run(res, s.meta)]
     if predict:
         warnings.warn(f"{', '.join(predict)}: predict run(s) without certified radii in a certified-"
@@ -190,9 +247,13 @@ def to_json(summaries: Sequence[FileSummary]) -> dict:
     """``{"files": [{"path", "num_examples", "acr", "certified_accuracy": {"<radius>": fraction},
     "label", "sigma"}]}``; radius keys are ``str(float(r))`` (``"0.5"``), fractions in [0, 1],
     all at full precision.  ``num_examples`` counts test examples (earlier versions called it
-    ``n``, the name the sidecar JSON uses for Monte Carlo samples)."""
-    return {"files": [
-        {
+    ``n``, the name the sidecar JSON uses for Monte Carlo samples).  Files summarized with ``ci``
+    add ``"ci": {"level", "alpha", "wrong_certificates", "certified_accuracy": {"<radius>":
+    {"count", "lo", "hi", "hp", "hp_population"}}}`` (:class:`rsmooth.metrics.AccuracyBounds`;
+    ``alpha`` and the last three null where the certificates' alpha is unknown)."""
+    files = []
+    for s in summaries:
+        entry = {
             "path": s.path,
             "num_examples": int(s.num_examples),
             "acr": float(s.acr),
@@ -201,16 +262,29 @@ def to_json(summaries: Sequence[FileSummary]) -> dict:
             "label": s.label,
             "sigma": s.sigma,
         }
-        for s in summaries
-    ]}
+        if s.ci:
+            first = file_bounds(s)
+            entry["ci"] = {"level": first.level, "alpha": first.alpha,
+                           "wrong_certificates": first.wrong_certificates,
+                           "certified_accuracy": {str(float(r)): {
+                               "count": b.count, "lo": b.lo, "hi": b.hi, "hp": b.hp,
+                               "hp_population": b.hp_population} for r, b in s.ci.items()}}
+        files.append(entry)
+    return {"files": files}
 
 
 def analyze(paths: Sequence[PathLike], radii: Radii = None, fmt: str = "markdown",
             labels: Optional[Sequence[str]] = None, plot: Optional[PathLike] = None,
-            as_json: bool = False, paper: Optional[str] = None) -> str:
+            as_json: bool = False, paper: Optional[str] = None, ci: Union[bool, float, None] = None,
+            alpha: Optional[float] = None) -> str:
     """What ``rsmooth analyze`` prints: a table (``fmt`` markdown|latex|csv) or, with
     ``as_json``, the JSON of :func:`to_json`; writes the certified-accuracy plot to
     ``plot`` when given, in the format its extension names (.png, .pdf, .svg).
+
+    ``ci`` (a confidence level, ``True`` = 0.95) and ``alpha``: as in :func:`summarize`; the table
+    then shows each certified accuracy with its interval and high-probability bound, with notes on
+    what they mean (JSON: under ``"ci"`` and ``"notes"``), and the plot draws the intervals as error
+    bars at the table's radii.
 
     ``paper``: a table id of :data:`rsmooth.report.paper.PAPER_TABLES` (``"catrs:table4"``): its
     published rows that match a file's sidecar (dataset, sigma, method) follow ours, at our radii
@@ -225,12 +299,14 @@ def analyze(paths: Sequence[PathLike], radii: Radii = None, fmt: str = "markdown
         check_table_id(paper)
     if plot is not None:
         plot_format(plot)
-    summaries = summarize(paths, radii=radii, labels=labels)
+    summaries = summarize(paths, radii=radii, labels=labels, ci=ci, alpha=alpha)
     if plot is not None:
         plot_certified_accuracy(summaries, plot)
     rows, notes = paper_rows_for([s.meta for s in summaries], paper) if paper is not None else ([], [])
     if as_json:
         out = to_json(summaries)
+        if summaries[0].ci:
+            out["notes"] = ci_notes(summaries, "json")
         if paper is not None:
             radii = _table_radii(summaries, None)
             out["paper"] = {"table": paper, "notes": notes, "rows": [
@@ -240,3 +316,41 @@ def analyze(paths: Sequence[PathLike], radii: Radii = None, fmt: str = "markdown
                 for r in rows]}
         return json.dumps(out, indent=2)
     return format_table(summaries, fmt=fmt, paper_rows=rows, notes=notes)
+
+
+def ci_notes(summaries: Sequence[FileSummary], fmt: str) -> List[str]:
+    """What the bounds of summaries made with ``ci`` mean, in the words of ``fmt``'s table
+    (markdown ``a [lo, hi] ≥ h``, latex with ``$\\geq$``, csv's ``acc@r_*`` columns, json's keys)."""
+    cited = "Cohen, Rosenfeld, Kolter 2019, Certified Adversarial Robustness via Randomized Smoothing, arXiv 1902.02918"
+    first = file_bounds(summaries[0])
+    pct = f"{100 * first.level:g}%"
+    interval, hp = {"markdown": ("a [lo, hi]", "≥ h"), "latex": ("a [lo, hi]", "$\\geq$ h"),
+                    "csv": ("acc@r_lo, acc@r_hi", "acc@r_hp"),
+                    "json": ("lo, hi", "hp")}[fmt]
+    notes = [
+        f"{interval}: {'the certified accuracy (%) of the m test examples at r and ' if fmt in ('markdown', 'latex') else ''}"
+        f"the exact two-sided {pct} Clopper-Pearson interval (Clopper & Pearson 1934) for the "
+        f"probability that this certification (same n, alpha) counts a test example drawn from the test "
+        f"distribution (correct, radius >= r); it covers the sampling of the test examples, not the "
+        f"Monte-Carlo error of each certificate (each wrong with probability <= alpha; {cited}, Sec. 3.2)."]
+    known = [(s, file_bounds(s)) for s in summaries if file_bounds(s).alpha is not None]
+    if known:
+        qs = "; ".join(f"{s.label}: q = {b.wrong_certificates} (m = {s.num_examples}, alpha = {b.alpha:g})"
+                       for s, b in known)
+        notes.append(
+            f"{hp}: with probability >= {pct} over the certification noise, the smoothed classifier truly "
+            f"classifies at least this fraction of the m test examples correctly and robustly at r (at every r "
+            f"at once): the count minus q, the {pct} quantile of Binomial(m, alpha), a bound on the wrong "
+            f"certificates among all m, which fail independently with probability <= alpha each (Cohen et al.'s "
+            f"high-probability certified accuracy; {cited}, Sec. 3.2 and 4); {qs}.")
+    unknown = [s.label for s in summaries if file_bounds(s).alpha is None]
+    if unknown:
+        notes.append(f"no high-probability bound for {', '.join(unknown)}: no alpha recorded (no sidecar JSON with one); "
+                     f"give the certificates' alpha (--alpha) for one.")
+    joint = f"{100 * (2 * first.level - 1):g}%"
+    notes.append(("Bounds are rounded outward to 0.1; " if fmt in ("markdown", "latex") else "")
+                 + f"each statement holds at {pct} on its own (both together at {joint}, union bound)"
+                 + ("; hp_population joins them (beta/2 each) into a lower bound on the smoothed classifier's "
+                    "certified accuracy on the test distribution" if fmt == "json" else "")
+                 + "; ACR has no interval.")
+    return notes

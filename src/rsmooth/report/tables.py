@@ -6,6 +6,11 @@ Shin 2020 (Consistency, arXiv 2006.04062) Table 1: one row per result file; colu
 not Monte Carlo samples): in markdown and LaTeX, ACR with 3 decimals and certified accuracy in %
 with one decimal, as the papers print them; in CSV every number at full precision.  The
 ``sigma`` column appears only when a sidecar JSON gave sigma for at least one file.
+
+Summaries made with ``ci`` (:func:`rsmooth.report.summarize`) show each certified accuracy with
+its confidence interval and high-probability lower bound, ``83.2 [80.1, 86.0] ≥ 82.8`` (bounds
+rounded outward), or in CSV as extra columns ``acc@<r>_lo``, ``acc@<r>_hi``, ``acc@<r>_hp`` at the
+end; notes under the table say what they mean (:func:`rsmooth.report.summary.ci_notes`).
 """
 from __future__ import annotations
 
@@ -17,8 +22,8 @@ from typing import List, Sequence, TYPE_CHECKING
 
 
 from ..errors import RsmoothError
-from ..metrics import certified_accuracy
-from .summary import FileSummary, Radii, _resolve_radii
+from ..metrics import AccuracyBounds, accuracy_bounds, certified_accuracy, certified_counts
+from .summary import FileSummary, Radii, _resolve_radii, ci_notes, file_bounds
 
 if TYPE_CHECKING:
     from .paper import PaperRow
@@ -61,6 +66,31 @@ def _accuracy_at(s: FileSummary, radii: Sequence[float]) -> List[float]:
     return [s.certified_accuracy[float(r)] for r in radii]
 
 
+def _bounds_at(s: FileSummary, radii: Sequence[float]) -> List[AccuracyBounds]:
+    """``s.ci`` at ``radii``, computed from the rows (same level and alpha) where missing."""
+    missing = [r for r in radii if float(r) not in s.ci]
+    if not missing:
+        return [s.ci[float(r)] for r in radii]
+    if s.result is None:
+        raise RsmoothError(f"{s.path}: no confidence bounds at radius {missing[0]} "
+                           f"(summarize with these radii)")
+    first = file_bounds(s)
+    counts = certified_counts(s.result.radius, s.result.correct, radii)
+    return [accuracy_bounds(int(k), s.num_examples, first.level, first.alpha) for k in counts]
+
+
+def _ci_cell(percent: float, b: AccuracyBounds, fmt: "TableFormat") -> str:
+    """``83.2 [80.1, 86.0] ≥ 82.8``: the lower ends rounded down and the upper end up to 0.1 %
+    (the small tolerance keeps an exact 82.0 from printing as 81.9)."""
+    def down(fraction: float) -> float:
+        return math.floor(1000 * fraction + 1e-7) / 10
+
+    text = f"{percent:.1f} [{down(b.lo):.1f}, {math.ceil(1000 * b.hi - 1e-7) / 10:.1f}]"
+    if b.hp is not None:
+        text += (" ≥ " if fmt is TableFormat.MARKDOWN else r" $\geq$ ") + f"{down(b.hp):.1f}"
+    return text
+
+
 def _table_radii(summaries: Sequence[FileSummary], radii: Radii) -> List[float]:
     values = _resolve_radii(radii)
     if values is not None:
@@ -95,7 +125,8 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
     were computed at.  Markdown and LaTeX round as the papers do; CSV keeps full precision.
     LaTeX bolds the best value of each ACR/accuracy column (ties all bold; not for a
     single row or a best value of 0).  ``paper_rows`` (:mod:`rsmooth.report.paper`) follow our
-    rows, blank where the paper has no value, never bold; ``notes`` follow the table.
+    rows, blank where the paper has no value, never bold; ``notes`` follow the table, then, for
+    summaries made with ``ci``, what their bounds mean (module docstring).
     """
     fmt = check_format(fmt)
     if not summaries:
@@ -103,9 +134,11 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
     radii = _table_radii(summaries, radii)
     with_sigma = any(s.sigma is not None for s in summaries) or bool(paper_rows)
     full = fmt is TableFormat.CSV
+    with_ci = [s for s in summaries if s.ci]
 
     head = ["model"] + (["sigma"] if with_sigma else []) + ["examples", "ACR"]
     head += [_radius_header(r) for r in radii]
+    extra = [f"acc@{_radius_header(r)}_{end}" for r in radii for end in ("lo", "hi", "hp")] if with_ci and full else []
     n_fixed = len(head) - len(radii) - 1  # columns before ACR: model, [sigma], examples
     rows: List[List[str]] = []
     for s in summaries:
@@ -114,20 +147,29 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
             row.append("" if s.sigma is None else repr(s.sigma) if full else f"{s.sigma:.2f}")
         row += [str(int(s.num_examples)), repr(float(s.acr)) if full else f"{s.acr:.3f}"]
         acc = [_percent(a, s.num_examples) for a in _accuracy_at(s, radii)]
-        row += [repr(a) if full else f"{a:.1f}" for a in acc]
+        bounds = _bounds_at(s, radii) if s.ci else None
+        if bounds is not None and not full:
+            row += [_ci_cell(a, b, fmt) for a, b in zip(acc, bounds)]
+        else:
+            row += [repr(a) if full else f"{a:.1f}" for a in acc]
+        if extra:
+            row += ([("" if x is None else repr(100.0 * x)) for b in bounds for x in (b.lo, b.hi, b.hp)]
+                    if bounds else [""] * len(extra))
         rows.append(row)
     ours = len(rows)
     for p in paper_rows:
         acc = [p.accuracy_at(r) for r in radii]
         rows.append([p.label] + ([repr(p.sigma) if full else f"{p.sigma:.2f}"] if with_sigma else [])
                     + ["", repr(p.acr) if full else f"{p.acr:.3f}"]
-                    + ["" if a is None else repr(a) if full else f"{a:.1f}" for a in acc])
+                    + ["" if a is None else repr(a) if full else f"{a:.1f}" for a in acc]
+                    + [""] * len(extra))
 
+    notes = [*notes, *(ci_notes(with_ci, fmt.value) if with_ci else [])]
     after = ["", note_lines(notes, fmt)] if notes else []
     if fmt is TableFormat.CSV:
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(head)
+        writer.writerow(head + extra)
         writer.writerows(rows)
         return "\n".join([buf.getvalue().rstrip("\n"), *after])
 
@@ -140,7 +182,7 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
     body = [[_latex_escape(row[0])] + row[1:] for row in rows]
     if ours > 1:
         for col in range(n_fixed, len(head)):
-            values = [float(row[col]) for row in rows[:ours]]
+            values = [float(row[col].split()[0]) for row in rows[:ours]]  # a ci cell starts with its value
             best = max(values)
             if best > 0 and not math.isnan(best):
                 for row, v in zip(body, values):
