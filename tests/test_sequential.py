@@ -303,3 +303,15 @@ def test_cli_errors_are_one_line(trained, tmp_path, capsys, argv, message):
     err = capsys.readouterr().err
     assert code == 2 and message in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_warns_of_radii_beyond_reach():
+    from rsmooth.engine.certify import _warn_small_n_max
+
+    logs = []
+    _warn_small_n_max(200, 0.001, 0.25, [0.25, 0.75], logs.append)
+    # all 200 votes for c_A: lower bound (alpha B(200.5, 1/2) / pi)^(1/200) certifies 0.25 Phi^-1 of it
+    r_max = 0.25 * norm.ppf(math.exp((math.log(0.001) + betaln(200.5, 0.5) - math.log(math.pi)) / 200))
+    assert len(logs) == 1 and f"{r_max:.4g}" in logs[0] and "radii 0.75 are never certified" in logs[0]
+    _warn_small_n_max(100_000, 0.001, 0.25, [0.25, 0.75], logs.append)
+    assert len(logs) == 1

@@ -217,7 +217,8 @@ def _add_sequential_flags(p: argparse.ArgumentParser) -> None:
                    help="estimate each radius, stopping once more samples cannot raise it by more than "
                    "--radius-tol (or at --n-max); the radius is sigma * Phi^-1(lower bound), abstaining when "
                    "that bound is <= 1/2. Certificate: with probability >= 1 - alpha the radius is at most "
-                   "sigma * Phi^-1(p_A), Cohen et al.'s radius with p_A known exactly, whatever the stop")
+                   "sigma * Phi^-1(p_A), the radius of Cohen, Rosenfeld, Kolter 2019 (arXiv 1902.02918) with p_A "
+                   "known exactly, whatever the stop")
     g.add_argument("--radii", type=float, nargs="+", metavar="R",
                    help="with --sequential: the l2 radii to decide (e.g. 0.25 0.5 0.75; add 0 for the "
                    "accuracy of the smoothed classifier)")

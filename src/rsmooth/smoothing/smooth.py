@@ -445,8 +445,9 @@ class Smooth:
         Args:
             x: one input [C x H x W] in [0, 1]; n0: selection samples (100); radii: l2 radii
             in [0, 1] pixel units; alpha: failure probability (0.001); n_max: cap on the
-            estimation samples (100,000); batch_size: samples per forward pass (it does not
-            change the result); generator: optional ``torch.Generator`` on the model's device.
+            estimation samples (100,000); batch_size: samples per forward pass (the sample
+            sizes at which the bounds are checked do not depend on it); generator: optional
+            ``torch.Generator`` on the model's device.
         """
         radii = validate_radii(radii)
         levels = thresholds(radii, self.sigma)
@@ -477,8 +478,8 @@ class Smooth:
         where LB_max is the largest lower bound still reachable by n_max samples (all later
         samples votes for c_A), or at n_max.  Returns (c_A, sigma * Phi^-1(LB)) if LB > 1/2,
         else (ABSTAIN, 0.0).  Guarantee: with probability >= 1 - alpha the returned radius is at
-        most sigma * Phi^-1(p_A), the radius Cohen et al.'s bound gives with p_A known
-        exactly, so g(x + d) = c_A for every ||d||_2 < radius; this holds for the stopping rule
+        most sigma * Phi^-1(p_A), the radius of Cohen et al. (arXiv 1902.02918, Thm. 1) with
+        p_A known exactly, so g(x + d) = c_A for every ||d||_2 < radius; this holds for the stopping rule
         used and for any other.  The tolerance bounds what stopping early can cost, not the
         distance to the true radius.
 
