@@ -200,6 +200,61 @@ def _add_certify_options(p: argparse.ArgumentParser, mode: str) -> None:
     p.add_argument("--channels-last", action="store_true", help="channels-last memory format (faster convolutions on CPU)")
 
 
+def _add_sequential_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "sequential certification", "draw samples in growing batches until the answer is known, bounding p_A "
+        "with an anytime-valid confidence sequence (Robbins' Beta-binomial mixture, Beta(1/2, 1/2) prior; "
+        "Howard, Ramdas, McAuliffe, Sekhon 2021, arXiv 1810.08240), which holds p_A at every sample size at "
+        "once with probability >= 1 - alpha and so stays valid when the data choose when to stop (Voracek "
+        "2024, arXiv 2406.17830). --alpha covers every radius and every stop at once. OUT keeps its columns "
+        "(radius: the certified radius, 0 with predict -1 when none); each example's samples "
+        "(n0 + n), bounds and decisions go to OUT.seq.tsv")
+    g.add_argument("--sequential", action="store_true",
+                   help="decide robustness at each of --radii: robust at r once the lower bound on p_A "
+                   "exceeds Phi(r/sigma), no once the upper bound is at most Phi(r/sigma), cap once n_max "
+                   "samples cannot certify r; OUT's radius is the largest robust radius")
+    g.add_argument("--adaptive", action="store_true",
+                   help="estimate each radius, stopping once more samples cannot raise it by more than "
+                   "--radius-tol (or at --n-max); the radius is sigma * Phi^-1(lower bound), abstaining when "
+                   "that bound is <= 1/2. Certificate: with probability >= 1 - alpha the radius is at most "
+                   "sigma * Phi^-1(p_A), the radius of Cohen, Rosenfeld, Kolter 2019 (arXiv 1902.02918) with p_A "
+                   "known exactly, whatever the stop")
+    g.add_argument("--radii", type=float, nargs="+", metavar="R",
+                   help="with --sequential: the l2 radii to decide (e.g. 0.25 0.5 0.75; add 0 for the "
+                   "accuracy of the smoothed classifier)")
+    g.add_argument("--n-max", type=_integer,
+                   help="with --sequential or --adaptive: cap on the estimation samples per example "
+                   "(default: 100000)")
+    g.add_argument("--radius-tol", type=float,
+                   help="with --adaptive: l2 radius that more samples may still add at the stop (default: 0.05)")
+
+
+def _sequential_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """The mode and keywords of --sequential/--adaptive for run_certification; one-line errors
+    for a flag without the mode it belongs to."""
+    seq, adaptive = getattr(args, "sequential", False), getattr(args, "adaptive", False)
+    if seq and adaptive:
+        raise RsmoothError("--sequential and --adaptive exclude each other: decide given --radii, or estimate "
+                           "each radius to --radius-tol")
+    if not (seq or adaptive):
+        for flag in ("--radii", "--n-max", "--radius-tol"):
+            if getattr(args, flag[2:].replace("-", "_"), None) is not None:
+                raise RsmoothError(f"{flag} goes with --sequential or --adaptive; add one of them or drop {flag}")
+        return {"mode": args.mode}
+    if adaptive and args.radii is not None:
+        raise RsmoothError("--radii goes with --sequential; --adaptive estimates each radius (drop --radii)")
+    if seq and args.radius_tol is not None:
+        raise RsmoothError("--radius-tol goes with --adaptive; --sequential decides the given --radii")
+    if seq and args.radii is None:
+        raise RsmoothError("--sequential needs the radii to decide: add --radii R [R ...] (e.g. --radii 0.25 0.5 0.75)")
+    out: Dict[str, Any] = {"mode": "sequential" if seq else "adaptive", "radii": args.radii}
+    if args.n_max is not None:
+        out["n_max"] = args.n_max
+    if args.radius_tol is not None:
+        out["radius_tol"] = args.radius_tol
+    return out
+
+
 def _add_corruption_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "corruptions", "certify a corrupted test set: the published CIFAR-10-C, CIFAR-100-C (Hendrycks & "
@@ -385,6 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "its suffix (certify.tsv -> certify.shard-0-of-4.tsv); rerun to continue it, then "
                        "'rsmooth merge OUT' joins the K shards into the file one job writes. Under torchrun "
                        "each rank takes shard RANK/WORLD_SIZE and rank 0 merges by itself")
+        if name == "certify":
+            _add_sequential_flags(c)
         _add_corruption_flags(c)
         _add_arch_flags(c, train=False)
         _add_common_data(c)
@@ -614,7 +671,7 @@ def cmd_certify(args: argparse.Namespace) -> None:
     from .engine import certify_corruptions, corruption_plan, load_model, run_certification
     from .engine.distributed import world
 
-    kwargs = dict(mode=args.mode, dataset=args.dataset, split=args.split,
+    kwargs = dict(**_sequential_options(args), dataset=args.dataset, split=args.split,
                   sigma=args.sigma, n0=getattr(args, "n0", 100), n=args.n, alpha=args.alpha,
                   batch_size=args.batch_size, start=args.start, skip=args.skip, max=args.max, shard=args.shard,
                   seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,

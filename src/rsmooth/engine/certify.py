@@ -1,14 +1,16 @@
-"""The certification driver: CERTIFY or PREDICT over a test subset, written as it goes.
+"""The certification driver: CERTIFY, PREDICT or sequential certification over a test subset.
 
 Each example's noise comes from a generator seeded by ``(seed, idx)``, so results do not
 depend on the order, on interruptions or on how the work is split: a killed run resumes
 where it stopped (rows already in the TSV are skipped) and gives the same file, and shards
 (``shard=(I, K)``, or the ranks of a ``torchrun`` job) merge into that same file.
 Run metadata (sigma, n0, n, alpha, subset, precision, seed, checkpoint hash, versions) goes
-to the sidecar JSON so the TSV stays readable by every public codebase.
+to the sidecar JSON so the TSV stays readable by every public codebase.  The sequential modes
+write what each example used (samples, bounds, decisions) to a second file, ``OUT.seq.tsv``.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import time
 from pathlib import Path
@@ -16,11 +18,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 
 from ..errors import RsmoothError, check
-from ..fileio import remove_stale_temps, run_lock
+from ..fileio import atomic_write_bytes, naming, remove_stale_temps, run_lock
 from ..metrics import CertifyWriter, read_sidecar, sidecar_path, write_sidecar
 from ..metrics.certify_io import TSV_HEADER
 from ..paths import check_output_file
 from ..smoothing import Smooth, max_certifiable_radius, validate_alpha, validate_count, validate_sigma
+from ..smoothing.sequential import (CONFIDENCE_SEQUENCE, SequentialCertificate, confidence_sequence, radius_of,
+                                    validate_radii, validate_radius_tol)
 from . import distributed
 from .checkpoint import (file_sha256, git_commit, load_model, resolve_checkpoint_path, resolve_device,
                          versions)
@@ -30,6 +34,12 @@ from ..progress import progress_bar
 
 #: how long a rank that finished its shard waits for the others, at least
 _MIN_WAIT = datetime.timedelta(minutes=30)
+#: the modes that draw samples until the answer is known (Smooth.certify_sequential / certify_adaptive)
+SEQUENTIAL_MODES = ("sequential", "adaptive")
+#: sidecar fields of the sequential modes that must agree for a run to continue an existing TSV
+_SEQUENTIAL_IDENTITY = ("radii", "n_max", "radius_tol", "confidence_sequence")
+#: the columns of OUT.seq.tsv: per example, what the sequential modes drew and decided
+SEQ_COLUMNS = ("idx", "c_a", "samples", "n", "n_a", "p_lower", "p_upper", "capped", "decisions")
 
 
 def run_certification(
@@ -43,6 +53,9 @@ def run_certification(
     n0: int = 100,
     n: int = 100_000,
     alpha: float = 0.001,
+    radii: Optional[Sequence[float]] = None,
+    n_max: int = 100_000,
+    radius_tol: float = 0.05,
     batch_size: Optional[int] = None,
     start: int = 0,
     skip: int = 1,
@@ -83,14 +96,34 @@ def run_certification(
     ``corruption``/``severity`` (and ``corruption_seed``, ``corruption_suite`` for a generated
     copy) certify one corrupted test set (:func:`~rsmooth.data.get_dataset`); see
     :func:`certify_corruptions` for many.
+
+    ``mode="sequential"`` decides robustness at each of ``radii`` with
+    :meth:`~rsmooth.smoothing.Smooth.certify_sequential`, ``mode="adaptive"`` estimates the
+    radius with :meth:`~rsmooth.smoothing.Smooth.certify_adaptive` (tolerance ``radius_tol``);
+    both draw at most ``n_max`` estimation samples (``n`` is unused) and write the TSV's
+    ``radius`` as the certified radius (the largest robust one of ``radii``; 0 with predict -1
+    when none), and each example's samples, bounds and decisions to ``OUT.seq.tsv``.
+    Their failure probability alpha covers all radii and every stopping time at once.
     """
     from ..data import certify_indices, get_dataset
     from ..smoothing import DEFAULT_BATCH_SIZE
 
-    check(mode in ("certify", "predict"), f"mode must be certify or predict, got {mode!r}")
-    n = validate_count("n", n)
-    if mode == "certify":
+    check(mode in ("certify", "predict", *SEQUENTIAL_MODES),
+          f"mode must be certify, predict, sequential or adaptive, got {mode!r}")
+    sequential = mode in SEQUENTIAL_MODES
+    n = None if sequential else validate_count("n", n)
+    if mode != "predict":
         n0 = validate_count("n0", n0)
+    if mode == "sequential":
+        check(radii is not None, "sequential certification needs the radii to decide: --radii 0.25 0.5 0.75")
+        radii = sorted(set(validate_radii(radii)))
+    else:
+        check(radii is None, "--radii goes with --sequential (the radii to decide); drop it or add --sequential")
+    if sequential:
+        n_max = validate_count("n_max", n_max)
+        check(n_max >= n0, f"--n-max {n_max} is below --n0 {n0}: it caps the estimation samples, as --n does "
+                           f"for certify (default 100000)")
+    radius_tol = validate_radius_tol(radius_tol) if mode == "adaptive" else None
     alpha = validate_alpha(alpha)
     batch_size = validate_count("batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size)
     start = validate_count("start", start, minimum=0)
@@ -101,6 +134,8 @@ def run_certification(
     if sigma is not None:
         sigma = validate_sigma(sigma)
     world, shard = distributed.rank_shard(shard, "certifies")
+    check(not (sequential and shard is not None), f"--{mode} cannot be split into shards or torchrun ranks yet; "
+                                                  f"run it as one process")
     if not world.main:
         progress, log = False, distributed.quiet
     dev = distributed.rank_device(resolve_device(device), world)
@@ -111,6 +146,8 @@ def run_certification(
     sigma = validate_sigma(sigma if sigma is not None else _require_sigma(loaded))
     if mode == "certify":
         _warn_small_n(n, alpha, sigma, log)
+    elif sequential:
+        _warn_small_n_max(n_max, alpha, sigma, radii, log)
     model = loaded.model.to(dev)
     data = get_dataset(loaded.dataset, split, data_dir=data_dir, corruption=corruption, severity=severity,
                        corruption_seed=corruption_seed, corruption_suite=corruption_suite)
@@ -122,7 +159,9 @@ def run_certification(
     out_path = Path(out)
     meta = {
         "mode": mode, "dataset": loaded.dataset, "corruption": data.corruption, "split": split, "sigma": sigma,
-        "n0": n0 if mode == "certify" else None, "n": n, "alpha": alpha, "batch_size": batch_size,
+        "n0": n0 if mode != "predict" else None, "n": n, "alpha": alpha, "batch_size": batch_size,
+        **({"radii": radii, "n_max": n_max, "radius_tol": radius_tol, "confidence_sequence": CONFIDENCE_SEQUENCE}
+           if sequential else {}),
         "start": start, "skip": skip, "max": max, "num_examples": len(indices), "seed": seed,
         **smooth.mode(), "checkpoint": str(loaded.path), "checkpoint_sha256": file_sha256(loaded.path),
         "arch": loaded.arch, "method": loaded.meta.get("method"),
@@ -134,11 +173,17 @@ def run_certification(
     def certify_one(i: int):
         x, label = data[i]
         g = generator(seed, mode, i, device=dev)
+        if mode == "sequential":
+            cert = smooth.certify_sequential(x, n0, radii, alpha, n_max, batch_size, generator=g)
+            return int(label), cert.prediction, cert.radius, cert
+        if mode == "adaptive":
+            cert = smooth.certify_adaptive(x, n0, alpha, radius_tol, n_max, batch_size, generator=g)
+            return int(label), cert.prediction, cert.radius, cert
         if mode == "certify":
             pred, radius = smooth.certify(x, n0, n, alpha, batch_size, generator=g)
         else:
             pred, radius = smooth.predict(x, n, alpha, batch_size, generator=g), 0.0
-        return int(label), pred, radius
+        return int(label), pred, radius, None
 
     if shard is None:
         _certify_into(out_path, indices, meta, certify_one, overwrite, progress, log)
@@ -192,14 +237,15 @@ def _certify_into(out_path: Path, indices: List[int], meta: dict, certify_one: C
     lock; returns ``out_path``, or the number of examples certified here if ``count_todo``."""
     mode = meta["mode"]
     with run_lock(Path(f"{out_path}.lock"), out_path):
-        remove_stale_temps(out_path, sidecar_path(out_path))
+        remove_stale_temps(out_path, sidecar_path(out_path), sequential_path(out_path))
         resume = out_path.exists() and not overwrite
         if resume:
             old = read_sidecar(out_path)
             if old is None:
                 raise RsmoothError(f"{out_path} exists without its metadata {sidecar_path(out_path)}; "
                                    f"pass --overwrite to replace it or choose another --out")
-            diff = identity_diff(old, meta) + [k for k in ("shard",) if old.get(k) != meta.get(k)]
+            diff = identity_diff(old, meta) + [k for k in ("shard", *_SEQUENTIAL_IDENTITY)
+                                               if old.get(k) != meta.get(k)]
             if diff:
                 k = diff[0]
                 raise RsmoothError(f"{out_path} holds a run with {k}={old.get(k)!r}, not {meta.get(k)!r}; "
@@ -207,17 +253,66 @@ def _certify_into(out_path: Path, indices: List[int], meta: dict, certify_one: C
             meta["started"] = old.get("started", meta["started"])
         write_sidecar(out_path, {**meta, "complete": False})
 
-        with CertifyWriter(out_path, resume=resume) as writer:
+        with CertifyWriter(out_path, resume=resume) as writer, contextlib.ExitStack() as stack:
+            seq = (stack.enter_context(_SeqWriter(sequential_path(out_path), writer.done_indices))
+                   if mode in SEQUENTIAL_MODES else None)
             todo = [i for i in indices if i not in writer.done_indices]
             if resume and writer.done_indices:
                 log(f"continuing {out_path}: {len(indices) - len(todo)} of {len(indices)} examples done")
             for i in progress_bar(todo, desc=mode, enabled=progress):
                 t0 = time.perf_counter()
-                label, pred, radius = certify_one(i)
+                label, pred, radius, cert = certify_one(i)
+                if seq is not None:  # first, so every row of OUT has its row in OUT.seq.tsv
+                    seq.write(i, cert)
                 writer.write(i, label, pred, radius, pred == label, time.perf_counter() - t0)
         meta["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
         write_sidecar(out_path, {**meta, "complete": True})
     return len(todo) if count_todo else out_path
+
+
+def sequential_path(out: Union[str, Path]) -> Path:
+    """The per-example file of a sequential run beside its TSV: ``OUT.seq.tsv``."""
+    return Path(f"{out}.seq.tsv")
+
+
+class _SeqWriter:
+    """``OUT.seq.tsv`` (:data:`SEQ_COLUMNS`), one flushed row per example, written before OUT's row.
+
+    On resume it keeps the rows of the examples OUT holds (dropping a partial last line and the
+    row of an example killed before OUT's row was written), so both files hold the same examples.
+    """
+
+    def __init__(self, path: Path, done: set) -> None:
+        self.path = path
+        kept = []
+        if done:
+            check(path.is_file(), f"{path} (the samples and decisions of the examples in the TSV) is missing; "
+                                  f"pass --overwrite to start again")
+            rows = path.read_text(encoding="utf-8").split("\n")[1:-1]  # header and a partial last line off
+            kept = [row + "\n" for row in rows if _idx(row) in done]
+            missing = done - {_idx(row) for row in kept}
+            check(not missing, f"{path} lacks the row of idx {min(missing, default=0)} that the TSV holds; "
+                               f"pass --overwrite to start again")
+        atomic_write_bytes(path, "".join(["\t".join(SEQ_COLUMNS) + "\n", *kept]).encode("utf-8"))
+        with naming(path):
+            self._f = open(path, "a", encoding="utf-8", newline="\n")
+
+    def write(self, idx: int, cert: SequentialCertificate) -> None:
+        fields = (idx, cert.c_a, cert.samples, cert.n, cert.n_a, repr(cert.p_lower), repr(cert.p_upper),
+                  int(cert.capped), ",".join(d.value for d in cert.decisions) or "-")
+        self._f.write("\t".join(map(str, fields)) + "\n")
+        self._f.flush()
+
+    def __enter__(self) -> "_SeqWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._f.close()
+
+
+def _idx(row: str) -> Optional[int]:
+    first = row.split("\t", 1)[0]
+    return int(first) if first.isdigit() else None
 
 
 def _check_out(out: str, checkpoint: Path, overwrite: bool) -> None:
@@ -240,6 +335,18 @@ def _warn_small_n(n: int, alpha: float, sigma: float, log: Callable[[str], None]
     elif r_max < sigma:
         log(f"warning: with n={n} and alpha={alpha} the largest certifiable radius is {r_max:.4g} "
             f"(sigma * Phi^-1(alpha^(1/n)), sigma={sigma}); raise --n for larger radii (papers: 100000)")
+
+
+def _warn_small_n_max(n_max: int, alpha: float, sigma: float, radii: Optional[Sequence[float]],
+                      log: Callable[[str], None]) -> None:
+    """Say which radii no example can reach: with every one of n_max samples a vote for c_A, the
+    confidence sequence's lower bound certifies at most sigma * Phi^-1(lower)."""
+    r_max = radius_of(float(confidence_sequence(n_max, n_max, alpha)[0]), sigma)
+    beyond = [r for r in radii or () if r >= r_max]
+    if beyond or r_max <= 0:
+        log(f"warning: with n_max={n_max} and alpha={alpha} the largest certifiable radius is {r_max:.4g}"
+            + (f", so radii {', '.join(f'{r:g}' for r in beyond)} are never certified" if beyond else "")
+            + "; raise --n-max")
 
 
 def _require_sigma(loaded) -> float:
