@@ -120,7 +120,7 @@ def render(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path,
                        "acr": {"mean": acr_m, "std": acr_s},
                        "accuracy": {f"{r:g}": {"mean": m, "std": s} for r, (m, s) in acc.items()},
                        "paper": None if p is None else {"acr": p.acr, "accuracy": {f"{r:g}": v for r, v in p.accuracy.items()}}})
-    notes = _orderings(spec, results)
+    notes = _orderings(spec, results) + _reach(spec, budget, radii)
     if spec.not_reproduced:
         notes.append("not reproduced (rsmooth does not train them as printed): " + "; ".join(spec.not_reproduced))
     if missing:
@@ -135,6 +135,20 @@ def render(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path,
 
 def _json(v: Any) -> Any:
     return None if isinstance(v, float) and math.isnan(v) else v
+
+
+def _reach(spec: TableSpec, budget: Budget, radii: Sequence[float]) -> List[str]:
+    """Notes for the radius columns the protocol's n cannot reach (every sample voting c_A)."""
+    from ..smoothing import max_certifiable_radius
+
+    notes = []
+    for dataset, sigma in dict.fromkeys((r.dataset, r.sigma) for r in spec.rows):
+        p = budget_protocol(spec.protocol(dataset), budget)
+        top = max_certifiable_radius(p["n"], p["alpha"], sigma)
+        if radii and top < max(radii):
+            notes.append(f"{dataset} sigma {sigma:g}: n = {p['n']:,} certifies no radius above {top:.3f} "
+                         f"(Cohen et al. 2019, Sec. 3.2), so the columns beyond it are 0")
+    return notes
 
 
 def _orderings(spec: TableSpec, results: List[Dict[int, Dict[str, Any]]]) -> List[str]:
