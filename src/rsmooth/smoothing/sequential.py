@@ -116,17 +116,17 @@ class Bounds:
     reachable: float
 
 
-def run_sequence(draw: Callable[[int], int], alpha: float, n_max: int,
+def run_sequence(votes: Callable[[int], int], alpha: float, n_max: int,
                  done: Callable[[Bounds], bool]) -> Bounds:
     """Draw samples in batches until ``done(bounds)`` or ``n_max`` samples; the last bounds.
 
-    ``draw(m)``: the number of votes for c_A among m fresh samples.  Any ``done`` keeps the
+    ``votes(m)``: the number of votes for c_A among m fresh samples.  Any ``done`` keeps the
     guarantee of :func:`confidence_sequence` (it may look at everything drawn so far).
     """
     n = n_a = 0
     lower, upper = 0.0, 1.0
     for t in check_points(n_max):
-        n_a += int(draw(t - n))
+        n_a += int(votes(t - n))
         n = t
         lo, up = confidence_sequence([n_a, n_a + n_max - n], [n, n_max], alpha)
         lower, upper = max(lower, float(lo[0])), min(upper, float(up[0]))
