@@ -51,17 +51,8 @@ import numbers
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from ..errors import RsmoothError, check
-
-
-def check_probability(name: str, value: float, example: str) -> float:
-    """``value`` as a float in the open interval (0, 1), else a one-line RsmoothError."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise RsmoothError(f"{name} must be a number in (0, 1) (e.g. {example}), got {value!r}") from None
-    check(0.0 < v < 1.0, f"{name} must be in (0, 1) (e.g. {example}), got {value!r}")
-    return v
+from ..errors import check
+from ..smoothing.stats import check_probability
 
 
 def _counts(k: int, m: int) -> Tuple[int, int]:

@@ -14,14 +14,19 @@ from scipy.stats import beta, binomtest, norm
 from ..errors import RsmoothError, check
 
 
+def check_probability(name: str, value: float, example: str) -> float:
+    """``value`` as a float in the open interval (0, 1), else a one-line RsmoothError."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise RsmoothError(f"{name} must be a number in (0, 1) (e.g. {example}), got {value!r}") from None
+    check(0.0 < v < 1.0, f"{name} must be in (0, 1) (e.g. {example}), got {value!r}")
+    return v
+
+
 def validate_alpha(alpha: float) -> float:
     """Return ``alpha`` as a float, or raise if it is not in the open interval (0, 1)."""
-    try:
-        a = float(alpha)
-    except (TypeError, ValueError):
-        raise RsmoothError(f"alpha must be a number in (0, 1), got {alpha!r}") from None
-    check(0.0 < a < 1.0, f"alpha must be in (0, 1) (e.g. 0.001), got {alpha!r}")
-    return a
+    return check_probability("alpha", alpha, "0.001")
 
 
 def validate_count(name: str, value: int, minimum: int = 1) -> int:
