@@ -167,6 +167,9 @@ def test_select_rows_and_errors(tmp_path, capsys):
     assert main(["reproduce", "rsmooth:digits", "--budget", "smoke", "--out", str(tmp_path / "y"),
                  "--print-commands"]) == 2
     assert "holds a reproduction of rsmooth:digits at budget small, not rsmooth:digits at smoke" in capsys.readouterr().err
+    (tmp_path / "y" / "reproduce.json").write_text("{garbage")
+    assert main(["reproduce", "rsmooth:digits", "--out", str(tmp_path / "y"), "--print-commands"]) == 2
+    assert "reproduce.json is not a reproduction record (damaged?)" in capsys.readouterr().err
     assert main(["reproduce", "catrs:table12", "--budget", "paper", "--methods", "catrs", "--sigmas", "0.5",
                  "--out", str(tmp_path / "t12"), "--print-commands"]) == 0
     printed = capsys.readouterr().out

@@ -48,7 +48,9 @@ def _check_folder(out: Path, spec: TableSpec, budget: Budget) -> None:
         try:
             old = json.loads(record.read_text())
         except ValueError:
-            old = {}
+            old = None
+        check(isinstance(old, dict), f"{record} is not a reproduction record (damaged?); restore it or "
+              f"delete it to tie {out} to {spec.id} at budget {budget.name}")
         for k, v in mine.items():
             check(old.get(k) == v, f"{out} holds a reproduction of {old.get('table')} at budget {old.get('budget')}, "
                   f"not {spec.id} at {budget.name}; choose another --out")
