@@ -1,11 +1,12 @@
-"""Sequential certification: the confidence sequence against brute force, decisions on linear
-classifiers with known p_A, the certify driver and its command line."""
+"""Sequential certification: the confidence sequences against quadrature and brute force,
+decisions on linear classifiers with known p_A, the certify driver and its command line."""
 import json
 import math
 
 import numpy as np
 import pytest
 import torch
+from scipy.integrate import quad
 from scipy.optimize import brentq
 from scipy.special import betaln
 from scipy.stats import beta as beta_dist, binom, norm
@@ -13,53 +14,98 @@ from scipy.stats import beta as beta_dist, binom, norm
 from rsmooth.cli import main
 from rsmooth.engine.seeding import generator
 from rsmooth.metrics import read_certify_tsv
-from rsmooth.smoothing import Smooth, confidence_sequence
+from rsmooth.smoothing import Smooth, anytime_lower, anytime_upper
 from rsmooth.smoothing.sequential import (
-    FIRST_LOOK, Bounds, Decision, check_points, decide, log_mixture_martingale, radius_gain, radius_of,
-    run_sequence, thresholds,
+    FIRST_LOOK, Bounds, Decision, check_points, decide, log_lower_martingale, log_upper_martingale, radius_gain,
+    radius_of, run_sequence, thresholds,
 )
 
 from test_smoothing import Linear2
 
 
-def _at_most_alpha(failures: int, trials: int, alpha: float) -> bool:
-    """One-sided binomial test: is ``failures`` of ``trials`` consistent with a rate <= alpha (level 1e-3)?"""
-    return binom.sf(failures - 1, trials, alpha) > 1e-3
+def _at_most(failures: int, trials: int, rate: float) -> bool:
+    """One-sided binomial test: is ``failures`` of ``trials`` consistent with a rate <= ``rate`` (level 1e-3)?"""
+    return binom.sf(failures - 1, trials, rate) > 1e-3
 
 
-# -- the confidence sequence ------------------------------------------------------------------
+# -- the confidence sequences --------------------------------------------------------------------
+@pytest.mark.parametrize("n_a,n,p", [(3, 10, 0.55), (50, 60, 0.7), (999, 1000, 0.99), (40, 40, 0.9), (7, 30, 0.6)])
+def test_martingales_against_quadrature(n_a, n, p):
+    """Both tests' M_t(p) from their definitions by numerical integration (likelihood ratios, so
+    each integrand is (q / p)^n_a ((1 - q) / (1 - p))^(n - n_a))."""
+    def ratio(q):
+        if q >= 1:
+            return float(n_a == n) / p ** n
+        return math.exp(n_a * math.log(q / p) + (n - n_a) * (math.log1p(-q) - math.log1p(-p)))
+
+    # Jeffreys density q^(-1/2) (1 - q)^(-1/2) / pi, its (1 - q)^(-1/2) singularity as quad's weight
+    upper_tail = quad(lambda q: ratio(q) / math.sqrt(q) / math.pi, p, 1, weight="alg", wvar=(0, -0.5),
+                      limit=200, epsabs=0, epsrel=1e-11)[0]
+    upper_tail /= 2 / math.pi * math.acos(math.sqrt(p))  # the prior's mass above p
+    assert float(log_lower_martingale(n_a, n, p)) == pytest.approx(math.log(upper_tail), abs=1e-8)
+    lower_tail = quad(ratio, 0, p, limit=200, epsabs=0, epsrel=1e-11)[0] / p
+    assert float(log_upper_martingale(n_a, n, p)) == pytest.approx(math.log(lower_tail), abs=1e-8)
+
+
 @pytest.mark.parametrize("t", [1, 7, 60])
-@pytest.mark.parametrize("p", [0.03, 0.5, 0.97])
-def test_mixture_martingale_has_mean_one(t, p):
-    """E_p[M_t(p)] = 1 exactly (summing the binomial pmf): what Ville's inequality needs."""
+@pytest.mark.parametrize("p", [0.5, 0.8, 0.97])
+def test_martingales_have_mean_at_most_one_under_their_nulls(t, p):
+    """E_{p_A}[M_t(p)] <= 1 for every p_A on the null side (= 1 at p_A = p), summing the binomial
+    pmf: with M_0 = 1 and independent draws, what Ville's inequality needs."""
     k = np.arange(t + 1)
-    mean = np.sum(binom.pmf(k, t, p) * np.exp(log_mixture_martingale(k, t, p)))
-    assert mean == pytest.approx(1.0, rel=1e-9)
+    for p_a in (p, p - 0.1 * p, p * 0.5):  # p_A <= p: the lower bound's null
+        mean = np.sum(binom.pmf(k, t, p_a) * np.exp(log_lower_martingale(k, t, p)))
+        assert mean <= 1 + 1e-9 and (p_a < p or mean == pytest.approx(1.0, rel=1e-9))
+    for p_a in (p, p + 0.5 * (1 - p)):  # p_A >= p: the upper bound's null
+        mean = np.sum(binom.pmf(k, t, p_a) * np.exp(log_upper_martingale(k, t, p)))
+        assert mean <= 1 + 1e-9 and (p_a > p or mean == pytest.approx(1.0, rel=1e-9))
 
 
-@pytest.mark.parametrize("n_a,n", [(1, 1), (3, 10), (50, 100), (999, 1000), (12345, 20000), (0, 40), (40, 40)])
-def test_interval_is_the_set_where_the_martingale_is_below_one_over_alpha(n_a, n):
-    """Ends against root finding on the definition, and always on the outside (conservative)."""
-    alpha, level = 0.001, math.log(1000)
-    lower, upper = (float(v) for v in confidence_sequence(n_a, n, alpha))
-
-    def excess(p):
-        return float(log_mixture_martingale(n_a, n, p)) - level
-
+@pytest.mark.parametrize("n_a,n", [(8, 10), (60, 100), (999, 1000), (12345, 15000), (40, 40), (100000, 100000),
+                                   (97426, 100000)])
+def test_bounds_are_where_the_tests_stop_rejecting(n_a, n):
+    """Ends against root finding on the definitions, always on the rejected side (conservative),
+    and the rejected sets are intervals (dense grid): [1/2, LB] and [UB, 1]."""
+    alpha, beta = 0.001, 0.05
+    lower, upper = float(anytime_lower(n_a, n, alpha)), float(anytime_upper(n_a, n, beta))
     p_hat = n_a / n
-    ref_lower = 0.0 if n_a == 0 else brentq(excess, 1e-300, p_hat, xtol=1e-15, rtol=1e-15)
-    ref_upper = 1.0 if n_a == n else brentq(excess, p_hat, 1.0, xtol=1e-15, rtol=1e-15)
-    assert lower == pytest.approx(ref_lower, abs=1e-12) and upper == pytest.approx(ref_upper, abs=1e-12)
-    for end in (lower, upper):  # outside (to rounding), and just inside is inside
-        if 0 < end < 1:
-            assert excess(end) >= -1e-12 and excess(end + 1e-9 * (p_hat - end)) < 0
+
+    def excess(log_m, level):
+        return lambda p: float(log_m(n_a, n, p)) - level
+
+    lo_excess, up_excess = excess(log_lower_martingale, math.log(1 / alpha)), excess(log_upper_martingale, math.log(1 / beta))
+    if lo_excess(0.5) < 0:
+        assert lower == 0.0
+    else:
+        top = min(p_hat, 1 - 1e-16)
+        assert lower == pytest.approx(brentq(lo_excess, 0.5, top, xtol=1e-15, rtol=1e-15), abs=1e-12)
+        assert lo_excess(lower) >= 0 and lower < p_hat
+    if n_a < n:
+        assert upper == pytest.approx(brentq(up_excess, p_hat, 1 - 1e-300, xtol=1e-15, rtol=1e-15), abs=1e-12)
+        assert up_excess(upper) >= 0 and upper > p_hat
+    else:
+        assert upper == 1.0
+    grid = np.linspace(0.5, 1, 20001)[1:-1]
+    rejected = np.asarray(log_lower_martingale(n_a, n, grid)) >= math.log(1 / alpha)
+    assert np.array_equal(rejected, grid <= lower + 1e-12)
+    rejected = np.asarray(log_upper_martingale(n_a, n, grid)) >= math.log(1 / beta)
+    assert np.array_equal(rejected, grid >= upper - 1e-12)
 
 
-def test_all_successes_lower_bound_closed_form():
-    # M_t(p) = B(t + 1/2, 1/2) / B(1/2, 1/2) / p^t < 1/alpha  <=>  p > (alpha B(t + 1/2, 1/2) / pi)^(1/t)
-    for t in (1, 10, 1000, 100000):
-        expected = math.exp((math.log(0.001) + betaln(t + 0.5, 0.5) - math.log(math.pi)) / t)
-        assert float(confidence_sequence(t, t, 0.001)[0]) == pytest.approx(expected, rel=1e-12)
+def test_lower_bound_is_zero_until_half_is_rejected():
+    assert float(anytime_lower(6, 10, 0.001)) == 0.0 and float(anytime_lower(0, 0, 0.001)) == 0.0
+    assert float(anytime_upper(0, 0, 0.05)) == 1.0
+
+
+def test_all_votes_certify_three_sigma_after_about_six_thousand_samples():
+    """With every vote for c_A the one-sided bound passes Phi(3) (radius 3 sigma) near t = 6,000;
+    the two-sided Beta(1/2, 1/2) mixture (bound (alpha B(t + 1/2, 1/2) / pi)^(1/t)) needs about 9,000."""
+    def first(bound):
+        return next(t for t in range(4000, 12000, 50) if bound(t) > norm.cdf(3))
+
+    one_sided = first(lambda t: float(anytime_lower(t, t, 0.001)))
+    two_sided = first(lambda t: math.exp((math.log(0.001) + betaln(t + 0.5, 0.5) - math.log(math.pi)) / t))
+    assert 5800 <= one_sided <= 6200 and 8800 <= two_sided <= 9200
 
 
 def _streams(p, trials, length, seed):
@@ -70,46 +116,46 @@ def _streams(p, trials, length, seed):
 
 @pytest.mark.parametrize("p", [0.5, 0.9, 0.99])
 def test_coverage_under_continuous_monitoring(p):
-    """Stopping the first time p is outside (the worst case): misses <= alpha (binomial test), and
-    the same streams miss exactly when the martingale itself reaches 1/alpha."""
+    """Stopping the first time p is outside (the worst case): misses <= alpha (binomial test).
+    A miss is the test of p rejecting at some t (brute force over every t); the bounds agree with
+    the tests on a random sample of (stream, t)."""
     alpha, trials, length = 0.1, 1000, 300
     s, t = _streams(p, trials, length, seed=int(p * 100))
-    lower, upper = confidence_sequence(s, t, alpha)
-    missed = ((lower > p) | (upper < p)).any(axis=1)
-    brute = (log_mixture_martingale(s, t, p) >= math.log(1 / alpha)).any(axis=1)
-    assert np.array_equal(missed, brute)
-    assert _at_most_alpha(int(missed.sum()), trials, alpha), missed.mean()
+    level = math.log(1 / alpha)
+    for log_m, bound, beyond in ((log_lower_martingale, anytime_lower, np.greater),
+                                 (log_upper_martingale, anytime_upper, np.less)):
+        rejects = log_m(s, t, p) >= level
+        pick = np.random.default_rng(1).integers(0, s.size, 2000)
+        assert np.array_equal(beyond(bound(s.flat[pick], t[pick % length], alpha), p), rejects.flat[pick])
+        missed = rejects.any(axis=1)
+        assert _at_most(int(missed.sum()), trials, alpha), missed.mean()
 
 
 def test_fixed_n_bounds_fail_under_continuous_monitoring():
-    """The test above has power: Clopper-Pearson intervals recomputed at every t miss far more than alpha."""
+    """The test above has power: Clopper-Pearson bounds recomputed at every t miss far more than alpha."""
     alpha, trials, length, p = 0.1, 1000, 300, 0.5
     s, t = _streams(p, trials, length, seed=7)
     with np.errstate(invalid="ignore"):
-        lower = np.nan_to_num(beta_dist.ppf(alpha / 2, s, t - s + 1), nan=0.0)
-        upper = np.nan_to_num(beta_dist.ppf(1 - alpha / 2, s + 1, t - s), nan=1.0)
-    missed = ((lower > p) | (upper < p)).any(axis=1)
-    assert not _at_most_alpha(int(missed.sum()), trials, alpha), missed.mean()
+        lower = np.nan_to_num(beta_dist.ppf(alpha, s, t - s + 1), nan=0.0)
+    missed = (lower > p).any(axis=1)
+    assert not _at_most(int(missed.sum()), trials, alpha), missed.mean()
 
 
-def test_interval_shrinks_like_sqrt_log_t_over_t():
-    """Half-width -> sqrt(2 p (1 - p) (log(1/alpha) + log(pi t / 2) / 2) / t) (Laplace's method on
-    the mixture), so width * sqrt(t) grows like sqrt(log t) and width * sqrt(t / log t) stays bounded."""
+def test_lower_bound_approaches_the_rate_like_sqrt_log_t_over_t():
+    """p_hat - LB_t shrinks like sqrt(log t / t): scaled by sqrt(t / log t) it stays within a factor 1.6."""
     p, alpha = 0.9, 0.001
-    ts = np.array([10 ** k for k in range(2, 8)])
-    lower, upper = confidence_sequence(np.round(p * ts), ts, alpha)
-    half = (upper - lower) / 2
-    reference = np.sqrt(2 * p * (1 - p) * (math.log(1 / alpha) + 0.5 * np.log(math.pi * ts / 2)) / ts)
-    assert np.allclose(half[1:], reference[1:], rtol=2e-3)
-    assert np.all(np.diff(half * np.sqrt(ts)) > 0)
-    scaled = 2 * half * np.sqrt(ts / np.log(ts))
+    ts = np.array([10 ** k for k in range(4, 9)])
+    gap = p - anytime_lower(np.round(p * ts), ts, alpha)
+    assert np.all(np.diff(gap) < 0) and np.all(np.diff(gap * np.sqrt(ts)) > 0)
+    scaled = gap * np.sqrt(ts / np.log(ts))
     assert scaled.max() / scaled.min() < 1.6
 
 
 def test_check_points_are_geometric_and_end_at_the_cap():
     points = check_points(100_000)
-    assert points[0] == FIRST_LOOK and points[-1] == 100_000 and len(points) < 25
+    assert points[0] == FIRST_LOOK and points[-1] == 100_000 and len(points) < 100
     assert all(b > a for a, b in zip(points, points[1:]))
+    assert all(b / a <= 1.1 + 1 / a for a, b in zip(points[:-2], points[1:-1]))
     assert check_points(10) == [10]
 
 
@@ -117,23 +163,45 @@ def test_check_points_are_geometric_and_end_at_the_cap():
 def test_decision_rule():
     levels = thresholds([0.25, 0.5, 1.0], sigma=0.5)  # Phi(0.5), Phi(1), Phi(2)
     assert np.allclose(levels, norm.cdf([0.5, 1.0, 2.0]))
-    b = Bounds(n=1000, n_a=900, lower=0.80, upper=0.95, reachable=0.97)
+    b = Bounds(n=1000, n_a=900, lower=0.80, upper=0.95, projected=0.97)
     assert decide(b, levels) == (Decision.ROBUST, Decision.OPEN, Decision.NOT_CERTIFIABLE)
-    b = Bounds(n=1000, n_a=900, lower=0.80, upper=0.99, reachable=0.83)
+    b = Bounds(n=1000, n_a=900, lower=0.80, upper=0.99, projected=0.83)
     assert decide(b, levels) == (Decision.ROBUST, Decision.BEYOND_CAP, Decision.BEYOND_CAP)
-    # the gain is capped by what n_max can still reach, and clamped at radius 0
+    # the gain is what the projection to n_max still adds, clamped at radius 0
     assert radius_gain(b, 0.5) == pytest.approx(0.5 * (norm.ppf(0.83) - norm.ppf(0.80)))
-    assert radius_gain(Bounds(10, 4, 0.1, 0.45, 0.6), 0.5) == 0.0
+    assert radius_gain(Bounds(10, 4, 0.0, 0.45, 0.3), 0.5) == 0.0
     assert radius_of(0.3, 0.5) == 0.0
 
 
-def test_running_intersection_under_the_worst_stopping_rule():
+def test_running_bounds_under_the_worst_stopping_rule():
     """run_sequence stopped the first time its lower bound exceeds p_A (an adversary's choice): rare."""
     alpha, trials, p = 0.1, 300, 0.8
     rng = np.random.default_rng(0)
-    wrong = sum(run_sequence(lambda m: rng.binomial(m, p), alpha, 1000, lambda b: b.lower > p).lower > p
+    wrong = sum(run_sequence(lambda m: rng.binomial(m, p), alpha, 300, lambda b: b.lower > p).lower > p
                 for _ in range(trials))
-    assert _at_most_alpha(wrong, trials, alpha), wrong
+    assert _at_most(wrong, trials, alpha), wrong
+
+
+def test_radii_given_up_are_rarely_ones_n_max_would_certify():
+    """Stopped for futility ("no" or "cap" at threshold 0.9 with n_max = 2000; p_A = 0.92, where all
+    n_max samples certify about half the time): continuing the same stream to n_max would have
+    certified it at most 2 beta of the time (binomial test)."""
+    alpha, beta, n_max, level, trials, p_a = 0.01, 0.1, 2000, 0.9, 150, 0.92
+    rng = np.random.default_rng(5)
+    gave_up = wrong = 0
+    for _ in range(trials):
+        draws = rng.random(n_max) < p_a
+        drawn = [0]
+
+        def votes(m):
+            drawn[0] += m
+            return int(draws[drawn[0] - m:drawn[0]].sum())
+
+        b = run_sequence(votes, alpha, n_max, lambda b: decide(b, [level])[0] is not Decision.OPEN, beta)
+        if decide(b, [level])[0] in (Decision.NOT_CERTIFIABLE, Decision.BEYOND_CAP) and b.n < n_max:
+            gave_up += 1
+            wrong += float(anytime_lower(draws.sum(), n_max, alpha)) > level
+    assert gave_up > 20 and _at_most(wrong, gave_up, 2 * beta), (wrong, gave_up)
 
 
 def _linear(v, sigma):
@@ -151,7 +219,7 @@ def test_sequential_wrong_robust_decisions_are_rare():
         cert = smooth.certify_sequential(x, 20, [0.25, 0.5, 0.75], alpha, n_max=1000, batch_size=1000,
                                          generator=torch.Generator().manual_seed(k))
         wrong += cert.radius >= 0.5 or (cert.prediction not in (1, Smooth.ABSTAIN))
-    assert _at_most_alpha(wrong, trials, alpha), wrong
+    assert _at_most(wrong, trials, alpha), wrong
 
 
 def test_adaptive_radii_above_the_truth_are_rare():
@@ -160,7 +228,7 @@ def test_adaptive_radii_above_the_truth_are_rare():
     certs = [smooth.certify_adaptive(x, 20, alpha, radius_tol=0.05, n_max=1000, batch_size=1000,
                                      generator=torch.Generator().manual_seed(k)) for k in range(trials)]
     wrong = sum(c.radius > truth or c.prediction not in (1, Smooth.ABSTAIN) for c in certs)
-    assert _at_most_alpha(wrong, trials, alpha), wrong
+    assert _at_most(wrong, trials, alpha), wrong
     assert np.mean([c.radius for c in certs]) > truth - 0.15  # and not vacuous
 
 
@@ -200,6 +268,9 @@ def test_same_seed_same_result_whatever_the_batch_size():
     (lambda s, x: s.certify_sequential(x, 10, [0.5], 0.01, n_max=0), "n_max must be >= 1"),
     (lambda s, x: s.certify_adaptive(x, 10, 0.01, radius_tol=-0.1), "radius_tol must be >= 0"),
     (lambda s, x: s.certify_adaptive(x, 10, 1.5), r"alpha must be in \(0, 1\)"),
+    (lambda s, x: s.certify_adaptive(x, 10, 0.5), "alpha must be below 1/2"),
+    (lambda s, x: s.certify_sequential(x, 10, [0.5], 0.01, futility=0.4), r"futility must be in \(0, 0.36\]"),
+    (lambda s, x: s.certify_sequential(x, 10, [0.5], 0.01, futility="x"), "futility must be a probability"),
 ])
 def test_api_errors(call, match):
     from rsmooth import RsmoothError
@@ -237,6 +308,7 @@ def test_cli_sequential_writes_tsv_and_samples_and_resumes(trained, tmp_path, ca
     meta = json.loads((tmp_path / "full.tsv.json").read_text())
     assert meta["mode"] == "sequential" and meta["radii"] == [0.25, 0.5] and meta["n_max"] == 1500
     assert "Beta-binomial" in meta["confidence_sequence"] and meta["n"] is None and meta["complete"]
+    assert meta["futility"] == 0.05
     # each row is the API's certificate for example i with the generator of (seed, mode, i)
     from rsmooth.data import get_dataset
     from rsmooth.engine import load_model
@@ -272,11 +344,12 @@ def test_cli_sequential_writes_tsv_and_samples_and_resumes(trained, tmp_path, ca
 def test_cli_adaptive(trained, tmp_path, capsys):
     out = tmp_path / "a.tsv"
     code, _, _ = _run(capsys, "certify", "--checkpoint", trained, "--adaptive", "--radius-tol", "0.1",
-                      "--n-max", "2000", "--max", "3", "--out", out)
+                      "--n-max", "2000", "--max", "3", "--futility", "0.01", "--out", out)
     assert code == 0
     res = read_certify_tsv(out)
     meta = json.loads((tmp_path / "a.tsv.json").read_text())
     assert meta["mode"] == "adaptive" and meta["radius_tol"] == 0.1 and meta["radii"] is None
+    assert meta["futility"] == 0.01
     seq = [ln.split("\t") for ln in (tmp_path / "a.tsv.seq.tsv").read_text().splitlines()[1:]]
     for r, row in zip(res.radius, seq):
         lower = float(row[5])
@@ -294,6 +367,9 @@ def test_cli_adaptive(trained, tmp_path, capsys):
     (["--sequential", "--radii", "0.5", "--radius-tol", "0.1"], "--radius-tol goes with --adaptive"),
     (["--sequential", "--radii", "0.5", "-1"], "radii must be finite and >= 0"),
     (["--sequential", "--radii", "0.5", "--shard", "0/2"], "--sequential cannot be split into shards"),
+    (["--futility", "0.1"], "--futility goes with --sequential or --adaptive"),
+    (["--adaptive", "--futility", "0.5"], "futility must be in (0, 0.36]"),
+    (["--adaptive", "--alpha", "0.6"], "alpha must be below 1/2 for sequential certification"),
 ])
 def test_cli_errors_are_one_line(trained, tmp_path, capsys, argv, message):
     try:
@@ -310,8 +386,9 @@ def test_warns_of_radii_beyond_reach():
 
     logs = []
     _warn_small_n_max(200, 0.001, 0.25, [0.25, 0.75], logs.append)
-    # all 200 votes for c_A: lower bound (alpha B(200.5, 1/2) / pi)^(1/200) certifies 0.25 Phi^-1 of it
-    r_max = 0.25 * norm.ppf(math.exp((math.log(0.001) + betaln(200.5, 0.5) - math.log(math.pi)) / 200))
+    # all 200 votes for c_A: the lower bound is where the test of p stops rejecting
+    lower = brentq(lambda p: float(log_lower_martingale(200, 200, p)) - math.log(1000), 0.5, 1 - 1e-12)
+    r_max = 0.25 * norm.ppf(lower)
     assert len(logs) == 1 and f"{r_max:.4g}" in logs[0] and "radii 0.75 are never certified" in logs[0]
     _warn_small_n_max(100_000, 0.001, 0.25, [0.25, 0.75], logs.append)
     assert len(logs) == 1

@@ -203,30 +203,36 @@ def _add_certify_options(p: argparse.ArgumentParser, mode: str) -> None:
 def _add_sequential_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "sequential certification", "draw samples in growing batches until the answer is known, bounding p_A "
-        "with an anytime-valid confidence sequence (Robbins' Beta-binomial mixture, Beta(1/2, 1/2) prior; "
-        "Howard, Ramdas, McAuliffe, Sekhon 2021, arXiv 1810.08240), which holds p_A at every sample size at "
-        "once with probability >= 1 - alpha and so stays valid when the data choose when to stop (Voracek "
-        "2024, arXiv 2406.17830). --alpha covers every radius and every stop at once. OUT keeps its columns "
-        "(radius: the certified radius, 0 with predict -1 when none); each example's samples "
-        "(n0 + n), bounds and decisions go to OUT.seq.tsv")
+        "with anytime-valid confidence sequences (Robbins' one-sided Beta-binomial mixtures; Howard, Ramdas, "
+        "McAuliffe, Sekhon 2021, arXiv 1810.08240), which hold at every sample size at once and so stay valid "
+        "when the data choose when to stop (Voracek 2024, arXiv 2406.17830). The lower bound certifies "
+        "(--alpha covers every radius and every stop at once); an upper bound at level --futility only stops "
+        "work on radii that --n-max samples would not certify. OUT keeps its columns (radius: the certified "
+        "radius, 0 with predict -1 when none); each example's samples (n0 + n), bounds and decisions go to "
+        "OUT.seq.tsv")
     g.add_argument("--sequential", action="store_true",
                    help="decide robustness at each of --radii: robust at r once the lower bound on p_A "
-                   "exceeds Phi(r/sigma), no once the upper bound is at most Phi(r/sigma), cap once n_max "
-                   "samples cannot certify r; OUT's radius is the largest robust radius")
+                   "exceeds Phi(r/sigma), no once the upper bound is at most Phi(r/sigma), cap once even the "
+                   "lower bound projected to n_max samples is; OUT's radius is the largest robust radius")
     g.add_argument("--adaptive", action="store_true",
-                   help="estimate each radius, stopping once more samples cannot raise it by more than "
-                   "--radius-tol (or at --n-max); the radius is sigma * Phi^-1(lower bound), abstaining when "
+                   help="estimate each radius, stopping once the samples up to --n-max could not raise it by "
+                   "more than --radius-tol; the radius is sigma * Phi^-1(lower bound), abstaining when "
                    "that bound is <= 1/2. Certificate: with probability >= 1 - alpha the radius is at most "
                    "sigma * Phi^-1(p_A), the radius of Cohen, Rosenfeld, Kolter 2019 (arXiv 1902.02918) with p_A "
                    "known exactly, whatever the stop")
     g.add_argument("--radii", type=float, nargs="+", metavar="R",
-                   help="with --sequential: the l2 radii to decide (e.g. 0.25 0.5 0.75; add 0 for the "
-                   "accuracy of the smoothed classifier)")
+                   help="with --sequential: the l2 radii to decide, in [0,1] pixel units (e.g. 0.25 0.5 0.75; "
+                   "add 0 for the accuracy of the smoothed classifier)")
     g.add_argument("--n-max", type=_integer,
                    help="with --sequential or --adaptive: cap on the estimation samples per example "
                    "(default: 100000)")
     g.add_argument("--radius-tol", type=float,
-                   help="with --adaptive: l2 radius that more samples may still add at the stop (default: 0.05)")
+                   help="with --adaptive: l2 radius (in [0,1] pixel units) that the samples up to --n-max may "
+                   "still add at the stop (default: 0.05)")
+    g.add_argument("--futility", type=float, metavar="BETA",
+                   help="with --sequential or --adaptive: level of the upper bound that gives up radii (or radius "
+                   "gains) --n-max samples would not reach; the chance of giving up one they would reach is at "
+                   "most 2 * BETA. Never affects a certificate's validity (default: 0.05; below 1/e)")
 
 
 def _sequential_options(args: argparse.Namespace) -> Dict[str, Any]:
@@ -237,7 +243,7 @@ def _sequential_options(args: argparse.Namespace) -> Dict[str, Any]:
         raise RsmoothError("--sequential and --adaptive exclude each other: decide given --radii, or estimate "
                            "each radius to --radius-tol")
     if not (seq or adaptive):
-        for flag in ("--radii", "--n-max", "--radius-tol"):
+        for flag in ("--radii", "--n-max", "--radius-tol", "--futility"):
             if getattr(args, flag[2:].replace("-", "_"), None) is not None:
                 raise RsmoothError(f"{flag} goes with --sequential or --adaptive; add one of them or drop {flag}")
         return {"mode": args.mode}
@@ -248,10 +254,9 @@ def _sequential_options(args: argparse.Namespace) -> Dict[str, Any]:
     if seq and args.radii is None:
         raise RsmoothError("--sequential needs the radii to decide: add --radii R [R ...] (e.g. --radii 0.25 0.5 0.75)")
     out: Dict[str, Any] = {"mode": "sequential" if seq else "adaptive", "radii": args.radii}
-    if args.n_max is not None:
-        out["n_max"] = args.n_max
-    if args.radius_tol is not None:
-        out["radius_tol"] = args.radius_tol
+    for key in ("n_max", "radius_tol", "futility"):
+        if getattr(args, key) is not None:
+            out[key] = getattr(args, key)
     return out
 
 

@@ -23,8 +23,9 @@ from ..metrics import CertifyWriter, read_sidecar, sidecar_path, write_sidecar
 from ..metrics.certify_io import TSV_HEADER
 from ..paths import check_output_file
 from ..smoothing import Smooth, max_certifiable_radius, validate_alpha, validate_count, validate_sigma
-from ..smoothing.sequential import (CONFIDENCE_SEQUENCE, SequentialCertificate, confidence_sequence, radius_of,
-                                    validate_radii, validate_radius_tol)
+from ..smoothing.sequential import (CONFIDENCE_SEQUENCE, FUTILITY, SequentialCertificate, anytime_lower, radius_of,
+                                    validate_futility, validate_radii, validate_radius_tol,
+                                    validate_sequential_alpha)
 from . import distributed
 from .checkpoint import (file_sha256, git_commit, load_model, resolve_checkpoint_path, resolve_device,
                          versions)
@@ -37,7 +38,7 @@ _MIN_WAIT = datetime.timedelta(minutes=30)
 #: the modes that draw samples until the answer is known (Smooth.certify_sequential / certify_adaptive)
 SEQUENTIAL_MODES = ("sequential", "adaptive")
 #: sidecar fields of the sequential modes that must agree for a run to continue an existing TSV
-_SEQUENTIAL_IDENTITY = ("radii", "n_max", "radius_tol", "confidence_sequence")
+_SEQUENTIAL_IDENTITY = ("radii", "n_max", "radius_tol", "futility", "confidence_sequence")
 #: the columns of OUT.seq.tsv: per example, what the sequential modes drew and decided
 SEQ_COLUMNS = ("idx", "c_a", "samples", "n", "n_a", "p_lower", "p_upper", "capped", "decisions")
 
@@ -56,6 +57,7 @@ def run_certification(
     radii: Optional[Sequence[float]] = None,
     n_max: int = 100_000,
     radius_tol: float = 0.05,
+    futility: float = FUTILITY,
     batch_size: Optional[int] = None,
     start: int = 0,
     skip: int = 1,
@@ -99,7 +101,8 @@ def run_certification(
 
     ``mode="sequential"`` decides robustness at each of ``radii`` with
     :meth:`~rsmooth.smoothing.Smooth.certify_sequential`, ``mode="adaptive"`` estimates the
-    radius with :meth:`~rsmooth.smoothing.Smooth.certify_adaptive` (tolerance ``radius_tol``);
+    radius with :meth:`~rsmooth.smoothing.Smooth.certify_adaptive` (tolerance ``radius_tol``;
+    ``futility`` is the level of the upper bound that stops hopeless radii early);
     both draw at most ``n_max`` estimation samples (``n`` is unused) and write the TSV's
     ``radius`` as the certified radius (the largest robust one of ``radii``; 0 with predict -1
     when none), and each example's samples, bounds and decisions to ``OUT.seq.tsv``.
@@ -123,6 +126,8 @@ def run_certification(
         n_max = validate_count("n_max", n_max)
         check(n_max >= n0, f"--n-max {n_max} is below --n0 {n0}: it caps the estimation samples, as --n does "
                            f"for certify (default 100000)")
+        futility = validate_futility(futility)
+        alpha = validate_sequential_alpha(alpha)
     radius_tol = validate_radius_tol(radius_tol) if mode == "adaptive" else None
     alpha = validate_alpha(alpha)
     batch_size = validate_count("batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size)
@@ -160,7 +165,8 @@ def run_certification(
     meta = {
         "mode": mode, "dataset": loaded.dataset, "corruption": data.corruption, "split": split, "sigma": sigma,
         "n0": n0 if mode != "predict" else None, "n": n, "alpha": alpha, "batch_size": batch_size,
-        **({"radii": radii, "n_max": n_max, "radius_tol": radius_tol, "confidence_sequence": CONFIDENCE_SEQUENCE}
+        **({"radii": radii, "n_max": n_max, "radius_tol": radius_tol, "futility": futility,
+            "confidence_sequence": CONFIDENCE_SEQUENCE}
            if sequential else {}),
         "start": start, "skip": skip, "max": max, "num_examples": len(indices), "seed": seed,
         **smooth.mode(), "checkpoint": str(loaded.path), "checkpoint_sha256": file_sha256(loaded.path),
@@ -174,10 +180,10 @@ def run_certification(
         x, label = data[i]
         g = generator(seed, mode, i, device=dev)
         if mode == "sequential":
-            cert = smooth.certify_sequential(x, n0, radii, alpha, n_max, batch_size, generator=g)
+            cert = smooth.certify_sequential(x, n0, radii, alpha, n_max, batch_size, g, futility)
             return int(label), cert.prediction, cert.radius, cert
         if mode == "adaptive":
-            cert = smooth.certify_adaptive(x, n0, alpha, radius_tol, n_max, batch_size, generator=g)
+            cert = smooth.certify_adaptive(x, n0, alpha, radius_tol, n_max, batch_size, g, futility)
             return int(label), cert.prediction, cert.radius, cert
         if mode == "certify":
             pred, radius = smooth.certify(x, n0, n, alpha, batch_size, generator=g)
@@ -340,8 +346,8 @@ def _warn_small_n(n: int, alpha: float, sigma: float, log: Callable[[str], None]
 def _warn_small_n_max(n_max: int, alpha: float, sigma: float, radii: Optional[Sequence[float]],
                       log: Callable[[str], None]) -> None:
     """Say which radii no example can reach: with every one of n_max samples a vote for c_A, the
-    confidence sequence's lower bound certifies at most sigma * Phi^-1(lower)."""
-    r_max = radius_of(float(confidence_sequence(n_max, n_max, alpha)[0]), sigma)
+    anytime lower bound certifies at most sigma * Phi^-1(lower)."""
+    r_max = radius_of(float(anytime_lower(n_max, n_max, alpha)), sigma)
     beyond = [r for r in radii or () if r >= r_max]
     if beyond or r_max <= 0:
         log(f"warning: with n_max={n_max} and alpha={alpha} the largest certifiable radius is {r_max:.4g}"

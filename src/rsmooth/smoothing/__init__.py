@@ -1,5 +1,5 @@
 """Randomized smoothing: the smoothed classifier and its statistics (Cohen et al. 2019, arXiv 1902.02918)."""
-from .sequential import Decision, SequentialCertificate, confidence_sequence
+from .sequential import Decision, SequentialCertificate, anytime_lower, anytime_upper
 from .smooth import DEFAULT_BATCH_SIZE, Precision, Smooth
 from .stats import (
     binom_pvalue,
@@ -12,7 +12,7 @@ from .stats import (
 )
 
 __all__ = [
-    "DEFAULT_BATCH_SIZE", "Decision", "SequentialCertificate", "confidence_sequence",
+    "DEFAULT_BATCH_SIZE", "Decision", "SequentialCertificate", "anytime_lower", "anytime_upper",
     "Smooth", "Precision", "binom_pvalue", "certified_radius", "clopper_pearson_lower",
     "max_certifiable_radius", "validate_alpha", "validate_count", "validate_sigma",
 ]

@@ -3,30 +3,40 @@
 After Cohen et al.'s selection step (n0 samples pick c_A; Cohen, Rosenfeld, Kolter 2019,
 Certified Adversarial Robustness via Randomized Smoothing, arXiv 1902.02918, Sec. 3.2), the
 votes for c_A are Bernoulli(p_A) draws.  Samples are drawn in growing batches and, after each,
-p_A is bounded by a *confidence sequence*: intervals that hold p_A at every sample size at
-once with probability >= 1 - alpha, so the bounds stay valid however the number of samples is
-chosen from the data (optional stopping; Voracek 2024, Treatment of Statistical Estimation
-Problems in Randomized Smoothing for Adversarial Robustness, arXiv 2406.17830, Sec. 4).
+p_A is bounded by *confidence sequences*: bounds that hold at every sample size at once, so they
+stay valid however the number of samples is chosen from the data (optional stopping; Voracek
+2024, Treatment of Statistical Estimation Problems in Randomized Smoothing for Adversarial
+Robustness, arXiv 2406.17830, Sec. 4).
 
-The confidence sequence is Robbins' Beta-binomial mixture (Robbins 1970, Statistical methods
-related to the law of the iterated logarithm; Howard, Ramdas, McAuliffe, Sekhon 2021,
-Time-uniform, nonparametric, nonasymptotic confidence sequences, arXiv 1810.08240, Sec. 3.3):
-with S_t successes in t draws and a Beta(1/2, 1/2) prior,
+**Lower bound (the certificate).**  With S_t votes for c_A in t draws, L_t(q) = q^S_t
+(1 - q)^(t - S_t), and the Beta(1/2, 1/2) (Jeffreys) prior pi truncated to (p, 1],
 
-    M_t(p) = B(1/2 + S_t, 1/2 + t - S_t) / B(1/2, 1/2) / (p^S_t (1 - p)^(t - S_t))
+    M_t(p) = int_p^1 L_t(q) pi(q) dq / (pi((p, 1]) L_t(p))
 
-is a nonnegative martingale with mean 1 when p = p_A (a likelihood ratio of the prior's mixture
-to p), so by Ville's inequality P(exists t: M_t(p_A) >= 1/alpha) <= alpha, and
+is a nonnegative supermartingale with M_0 = 1 whenever p_A <= p (a mixture of likelihood ratios
+of alternatives q > p to p; each factor has mean <= 1), so by Ville's inequality
+P(exists t: M_t(p) >= 1/alpha) <= alpha: Robbins' one-sided mixture test (Robbins 1970,
+Statistical methods related to the law of the iterated logarithm; Howard, Ramdas, McAuliffe,
+Sekhon 2021, Time-uniform, nonparametric, nonasymptotic confidence sequences, arXiv 1810.08240,
+Sec. 3).  The lower bound LB_t is the largest p in [1/2, 1) such that every p' in [1/2, p] is
+rejected (M_t(p') >= 1/alpha), and 0 when 1/2 is not: only bounds above 1/2 certify a radius.
+LB_t > p_A (with p_A >= 1/2) means the test of p_A rejected, so P(exists t: LB_t > p_A) <= alpha
+and the running maximum of LB_t is as valid.  The rejected set is an interval: log L_t is
+concave, so M_t(p) <= exp(d/dp log L_t(p) (1 - p)); where M_t(p) >= 1/alpha > e^(2/pi) this forces
+d/dp log L_t(p) >= h(p), the prior's hazard pi(p) / pi((p, 1]) (h(p)(1 - p) <= 2/pi on [1/2, 1)),
+and then d/dp log M_t(p) = h(p)(1 - 1/M_t(p)) - d/dp log L_t(p) < 0, so M_t can only cross
+1/alpha downwards (alpha < 1/2 suffices).  Truncating the prior to the alternatives is what makes
+the bound one-sided and tight where certificates are decided: with every vote for c_A it exceeds
+Phi(3) (radius 3 sigma) after about 6,000 samples, against 9,000 for the two-sided mixture.
 
-    CS_t = {p : M_t(p) < 1/alpha}
-
-(an interval: log M_t is convex in p) holds p_A at all t simultaneously with probability
->= 1 - alpha.  The running intersection of the intervals is as valid and never wider.  The
-Jeffreys prior Beta(1/2, 1/2) puts more mass near 0 and 1 than the uniform one: when every vote
-goes to c_A (the case that decides the largest radii) the lower bound is
-(alpha / sqrt(pi t))^(1/t) instead of (alpha / (t + 1))^(1/t).  Its half-width is about
-sqrt(2 p (1 - p) (log(1/alpha) + log(pi t / 2) / 2) / t): the price of anytime validity over a
-fixed-n Clopper-Pearson bound is the log t term.
+**Upper bound (only to stop early).**  The same test with the uniform prior truncated to [0, p)
+gives UB_t, the smallest p such that every p' in [p, 1] is rejected at level beta (here the
+hazard argument needs beta < 1/e).  It never enters a certificate; it decides that a radius is
+not worth more samples ("futility"): no at r once UB_t <= Phi(r / sigma), and beyond the cap
+once even the projected lower bound LB(S_t + Q, n_max), with Q the upper beta-quantile of
+Binomial(n_max - t, UB_t) for the votes still to come, is at most Phi(r / sigma).  So the
+probability that a radius is given up although all n_max samples would have certified it is at
+most 2 beta (p_A above UB_t at some look, or the remaining votes above their quantile).
 """
 from __future__ import annotations
 
@@ -36,58 +46,111 @@ from dataclasses import dataclass
 from typing import Callable, List, Sequence, Tuple
 
 import numpy as np
-from scipy.special import betaln, xlog1py, xlogy
-from scipy.stats import norm
+from scipy.special import betainc, betaincc, betaln, xlog1py, xlogy
+from scipy.stats import binom, norm
 
 from ..errors import RsmoothError, check
+from .stats import validate_alpha
 
-#: the Beta(PRIOR, PRIOR) mixing prior of the confidence sequence (Jeffreys)
-PRIOR = 0.5
+#: default beta: the level of the upper bound that decides when a radius is not worth more samples
+FUTILITY = 0.05
 #: estimation samples before the first look, and the factor by which the sample size grows
-#: between looks (the checks are at ceil(FIRST_LOOK * GROWTH^k), capped at n_max)
+#: between looks (the checks are at ceil(FIRST_LOOK * GROWTH^k), capped at n_max); looking more
+#: often costs no validity, only the few milliseconds of computing the bounds
 FIRST_LOOK = 32
-GROWTH = 1.5
-#: how the confidence sequence and the looks are described in run metadata
-CONFIDENCE_SEQUENCE = (f"Beta-binomial mixture, Beta({PRIOR:g}, {PRIOR:g}) prior (Robbins 1970); "
-                       f"looks at ceil({FIRST_LOOK} * {GROWTH:g}^k) estimation samples, capped at n_max")
+GROWTH = 1.1
+#: how the confidence sequences and the looks are described in run metadata
+CONFIDENCE_SEQUENCE = (f"one-sided Beta-binomial mixtures (Robbins 1970): lower bound with the Beta(1/2, 1/2) "
+                       f"prior, upper bound (stopping only) with the uniform prior, each truncated to the "
+                       f"alternatives; looks at ceil({FIRST_LOOK} * {GROWTH:g}^k) estimation samples, capped at n_max")
+_TOLERANCE = 1e-13  # the bounds are found to this (absolute), conservatively
 
 
-def log_mixture_martingale(n_a, n, p, prior: float = PRIOR) -> np.ndarray:
-    """log M_n(p) of the Beta(prior, prior) mixture (module docstring); broadcasts over arrays.
+def _log_likelihood(n_a, n, p):
+    return xlogy(n_a, p) + xlog1py(n - n_a, -p)
 
-    ``n_a`` successes in ``n`` draws; ``p`` in [0, 1] (+inf where p is impossible given the data).
+
+def _slope_of_log_likelihood(n_a, n, p):
+    return n_a / p - (n - n_a) / (1 - p)
+
+
+def _lower_terms(n_a, n, p) -> Tuple[np.ndarray, np.ndarray]:
+    """(log M_t(p), its derivative in p) of the lower bound's test; broadcasts."""
+    a, b = n_a + 0.5, n - n_a + 0.5
+    mass = 2 / math.pi * np.arcsin(np.sqrt(1 - p))  # the Jeffreys prior's mass above p
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        log_m = (betaln(a, b) - betaln(0.5, 0.5) + np.log(betaincc(a, b, p)) - np.log(mass)
+                 - _log_likelihood(n_a, n, p))
+        hazard = 1 / (math.pi * np.sqrt(p * (1 - p)) * mass)
+        return log_m, hazard * -np.expm1(-log_m) - _slope_of_log_likelihood(n_a, n, p)
+
+
+def _upper_terms(n_a, n, p) -> Tuple[np.ndarray, np.ndarray]:
+    """(log M_t(p), its derivative in p) of the upper bound's test; broadcasts."""
+    a, b = n_a + 1.0, n - n_a + 1.0
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        log_m = betaln(a, b) + np.log(betainc(a, b, p)) - np.log(p) - _log_likelihood(n_a, n, p)
+        return log_m, np.expm1(-log_m) / p - _slope_of_log_likelihood(n_a, n, p)
+
+
+def log_lower_martingale(n_a, n, p) -> np.ndarray:
+    """log M_t(p) of the lower bound's test (Jeffreys prior truncated to (p, 1]); broadcasts.
+
+    ``n_a`` votes for c_A in ``n`` draws; ``p`` in (0, 1).  ``-inf`` where it underflows (p far
+    above n_a / n: never rejected).
     """
-    n_a, n, p = (np.asarray(v, dtype=np.float64) for v in (n_a, n, p))
-    return _log_marginal(n_a, n, prior) - xlogy(n_a, p) - xlog1py(n - n_a, -p)
+    return _lower_terms(*(np.asarray(v, dtype=np.float64) for v in (n_a, n, p)))[0]
 
 
-def _log_marginal(n_a: np.ndarray, n: np.ndarray, prior: float) -> np.ndarray:
-    """log of the prior's mixture of the likelihoods q^n_a (1 - q)^(n - n_a)."""
-    return betaln(prior + n_a, prior + n - n_a) - betaln(prior, prior)
+def log_upper_martingale(n_a, n, p) -> np.ndarray:
+    """log M_t(p) of the upper bound's test (uniform prior truncated to [0, p)); broadcasts."""
+    return _upper_terms(*(np.asarray(v, dtype=np.float64) for v in (n_a, n, p)))[0]
 
 
-def confidence_sequence(n_a, n, alpha: float, prior: float = PRIOR, iterations: int = 64
-                        ) -> Tuple[np.ndarray, np.ndarray]:
-    """Ends (lower, upper) of CS_n = {p : M_n(p) < 1/alpha}; broadcasts over ``n_a`` and ``n``.
+def _boundary(terms, n_a, n, level: float, rejected: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    """Where log M_t crosses ``level`` between ``rejected`` (log M >= level there) and ``inside``:
+    Newton steps from the rejected end (each 0.1% short, so that near the root they stay on the
+    rejected side), bisection when a step leaves the bracket or falls short, returning the
+    rejected end of the last bracket, so a bound computed is never tighter than the exact one."""
+    f, slope = terms(n_a, n, rejected)
+    f, moved = f - level, np.ones(f.shape, dtype=bool)
+    active = np.abs(inside - rejected) > _TOLERANCE
+    for _ in range(200):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = -f / slope
+        # a Newton step, unless it leaves the bracket or the last one fell short (then bisect)
+        newton = moved & (step * (inside - rejected) > 0) & (np.abs(step) < np.abs(inside - rejected))
+        active &= (np.abs(inside - rejected) > _TOLERANCE) & ~(newton & (np.abs(step) <= _TOLERANCE))
+        if not active.any():
+            break
+        candidate = np.where(newton, rejected + 0.999 * step, (rejected + inside) / 2)
+        f_c, slope_c = terms(n_a, n, candidate)
+        f_c = f_c - level
+        moved = active & (f_c >= 0)
+        rejected, f, slope = (np.where(moved, new, old) for new, old in ((candidate, rejected), (f_c, f),
+                                                                        (slope_c, slope)))
+        inside = np.where(active & ~moved, candidate, inside)
+    return rejected
 
-    Bisection on the convex log M_n from p_hat = n_a / n (inside: log M_n(p_hat) <= 0), returning
-    the outer end of the last bracket, so the interval computed contains the exact one (up to
-    the rounding of log M_n, ~1e-15).
-    ``n = 0`` gives (0, 1).  Guarantee: P(exists n: p_A outside) <= alpha, for any stopping rule.
-    """
+
+def anytime_lower(n_a, n, alpha: float) -> np.ndarray:
+    """LB_t (module docstring): P(exists t: LB_t > p_A) <= alpha for any stopping rule; broadcasts
+    over ``n_a`` and ``n`` (reals allowed).  0 where p_A > 1/2 is not established; needs alpha < 1/2."""
+    n_a, n = np.broadcast_arrays(np.asarray(n_a, dtype=np.float64), np.asarray(n, dtype=np.float64))
+    level = math.log(1.0 / alpha)
+    p_hat = np.divide(n_a, n, out=np.zeros_like(n), where=n > 0)
+    start = np.full_like(p_hat, 0.5)
+    some = (p_hat > 0.5) & (_lower_terms(n_a, n, start)[0] >= level)
+    bound = _boundary(_lower_terms, n_a, n, level, start, np.where(some, p_hat, start))
+    return np.where(some, bound, 0.0)
+
+
+def anytime_upper(n_a, n, beta: float) -> np.ndarray:
+    """UB_t (module docstring): P(exists t: UB_t < p_A) <= beta for any stopping rule; broadcasts.
+    1 after no draws; needs beta < 1/e."""
     n_a, n = np.broadcast_arrays(np.asarray(n_a, dtype=np.float64), np.asarray(n, dtype=np.float64))
     p_hat = np.divide(n_a, n, out=np.zeros_like(n), where=n > 0)
-    level = math.log(1.0 / alpha) - _log_marginal(n_a, n, prior)  # outside: -log likelihood >= level
-    # both ends at once: out starts at 0 (lower end) and 1 (upper end), inside at p_hat
-    level, n_a, n_b = (np.stack([v, v]) for v in (level, n_a, n - n_a))
-    out, inside = np.stack([np.zeros_like(p_hat), np.ones_like(p_hat)]), np.stack([p_hat, p_hat])
-    for _ in range(iterations):
-        mid = (out + inside) / 2
-        if np.all((mid == out) | (mid == inside)):
-            break  # adjacent floats everywhere
-        far = -(xlogy(n_a, mid) + xlog1py(n_b, -mid)) >= level
-        out, inside = np.where(far, mid, out), np.where(far, inside, mid)
-    return out[0], out[1]
+    return _boundary(_upper_terms, n_a, n, math.log(1.0 / beta), np.ones_like(p_hat), p_hat)
 
 
 def check_points(n_max: int) -> List[int]:
@@ -95,7 +158,8 @@ def check_points(n_max: int) -> List[int]:
     while below ``n_max``, then ``n_max`` (fixed in advance, so results do not depend on batch_size)."""
     points, t = [], float(FIRST_LOOK)
     while math.ceil(t) < n_max:
-        points.append(math.ceil(t))
+        if not points or math.ceil(t) > points[-1]:
+            points.append(math.ceil(t))
         t *= GROWTH
     return points + [n_max]
 
@@ -104,33 +168,36 @@ def check_points(n_max: int) -> List[int]:
 class Bounds:
     """Where a sequence stands after ``n`` estimation samples, ``n_a`` of them votes for c_A.
 
-    ``lower``, ``upper``: the running intersection of the confidence sequence (p_A is inside
-    at every n with probability >= 1 - alpha); ``reachable``: the largest lower bound still
-    possible by ``n_max`` (every later sample a vote for c_A), which only steers stopping.
+    ``lower``: the running maximum of LB_t (level alpha; the certificate); ``upper``: the running
+    minimum of UB_t (level beta); ``projected``: the lower bound n_max samples would give if the
+    remaining votes came at the upper beta-quantile of Binomial(n_max - n, upper).  ``upper`` and
+    ``projected`` only steer stopping.
     """
 
     n: int
     n_a: int
     lower: float
     upper: float
-    reachable: float
+    projected: float
 
 
-def run_sequence(votes: Callable[[int], int], alpha: float, n_max: int,
-                 done: Callable[[Bounds], bool]) -> Bounds:
+def run_sequence(votes: Callable[[int], int], alpha: float, n_max: int, done: Callable[[Bounds], bool],
+                 futility: float = FUTILITY) -> Bounds:
     """Draw samples in batches until ``done(bounds)`` or ``n_max`` samples; the last bounds.
 
-    ``votes(m)``: the number of votes for c_A among m fresh samples.  Any ``done`` keeps the
-    guarantee of :func:`confidence_sequence` (it may look at everything drawn so far).
+    ``votes(m)``: the number of votes for c_A among m fresh samples; ``futility``: beta.  Any
+    ``done`` keeps the guarantee of :func:`anytime_lower` (it may look at everything drawn so far).
     """
     n = n_a = 0
     lower, upper = 0.0, 1.0
     for t in check_points(n_max):
         n_a += int(votes(t - n))
         n = t
-        lo, up = confidence_sequence([n_a, n_a + n_max - n], [n, n_max], alpha)
-        lower, upper = max(lower, float(lo[0])), min(upper, float(up[0]))
-        bounds = Bounds(n, n_a, lower, upper, max(lower, float(lo[1])))
+        upper = min(upper, float(anytime_upper(n_a, n, futility)))
+        future = float(binom.ppf(1 - futility, n_max - n, upper)) if n < n_max else 0.0
+        lo, projected = anytime_lower([n_a, n_a + future], [n, n_max], alpha)
+        lower = max(lower, float(lo))
+        bounds = Bounds(n, n_a, lower, upper, max(lower, float(projected)))
         if done(bounds):
             break
     return bounds
@@ -139,9 +206,9 @@ def run_sequence(votes: Callable[[int], int], alpha: float, n_max: int,
 class Decision(str, enum.Enum):
     """The state of the question "is g certifiably robust at radius r?" (threshold Phi(r / sigma))."""
 
-    ROBUST = "robust"  #: lower bound > threshold: certified at r
-    NOT_CERTIFIABLE = "no"  #: upper bound <= threshold: no number of samples certifies r
-    BEYOND_CAP = "cap"  #: not certifiable within n_max samples even if every later one votes c_A
+    ROBUST = "robust"  #: lower bound > threshold: certified at r (level alpha)
+    NOT_CERTIFIABLE = "no"  #: upper bound <= threshold: p_A is below it (level beta)
+    BEYOND_CAP = "cap"  #: the projected lower bound at n_max is <= threshold: not certifiable by the cap
     OPEN = "open"  #: still undecided (never in a final result)
 
 
@@ -153,7 +220,7 @@ def thresholds(radii: Sequence[float], sigma: float) -> np.ndarray:
 def decide(bounds: Bounds, thresholds: Sequence[float]) -> Tuple[Decision, ...]:
     """The decision at each threshold Phi(r / sigma) (:class:`Decision`)."""
     return tuple(Decision.ROBUST if bounds.lower > th else Decision.NOT_CERTIFIABLE if bounds.upper <= th
-                 else Decision.BEYOND_CAP if bounds.reachable <= th else Decision.OPEN for th in thresholds)
+                 else Decision.BEYOND_CAP if bounds.projected <= th else Decision.OPEN for th in thresholds)
 
 
 def radius_of(p: float, sigma: float) -> float:
@@ -162,9 +229,9 @@ def radius_of(p: float, sigma: float) -> float:
 
 
 def radius_gain(bounds: Bounds, sigma: float) -> float:
-    """How much more samples could still raise the certified radius: the radius of
-    min(upper, reachable) minus that of the lower bound (both clamped at 0)."""
-    return radius_of(min(bounds.upper, bounds.reachable), sigma) - radius_of(bounds.lower, sigma)
+    """How much the samples up to n_max could still raise the certified radius (with probability
+    >= 1 - 2 beta): the radius of the projected lower bound minus that of the lower bound."""
+    return radius_of(bounds.projected, sigma) - radius_of(bounds.lower, sigma)
 
 
 @dataclass(frozen=True)
@@ -201,6 +268,24 @@ def validate_radii(radii: Sequence[float]) -> Tuple[float, ...]:
     check(len(values) > 0, "give at least one radius to decide (e.g. --radii 0.25 0.5 0.75)")
     check(all(math.isfinite(r) and r >= 0 for r in values), f"radii must be finite and >= 0, got {list(radii)}")
     return values
+
+
+def validate_sequential_alpha(alpha: float) -> float:
+    """alpha as a float, or a one-line error unless 0 < alpha < 1/2 (the lower bound's test needs it)."""
+    value = validate_alpha(alpha)
+    check(value < 0.5, f"alpha must be below 1/2 for sequential certification (e.g. 0.001), got {alpha!r}")
+    return value
+
+
+def validate_futility(beta: float) -> float:
+    """beta as a float, or a one-line error unless 0 < beta < 1/e (the upper bound's test needs it)."""
+    try:
+        value = float(beta)
+    except (TypeError, ValueError):
+        raise RsmoothError(f"futility must be a probability in (0, 0.36] (e.g. 0.05), got {beta!r}") from None
+    check(0 < value < 1 / math.e, f"futility must be in (0, 0.36] (the level of the upper bound that stops "
+                                  f"hopeless radii, e.g. 0.05), got {beta!r}")
+    return value
 
 
 def validate_radius_tol(tol: float) -> float:

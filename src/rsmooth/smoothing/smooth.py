@@ -27,6 +27,7 @@ from .stats import (
     validate_sigma,
 )
 from .sequential import (
+    FUTILITY,
     Bounds,
     Decision,
     SequentialCertificate,
@@ -35,7 +36,9 @@ from .sequential import (
     radius_of,
     run_sequence,
     thresholds,
+    validate_futility,
     validate_radii,
+    validate_sequential_alpha,
     validate_radius_tol,
 )
 
@@ -429,31 +432,33 @@ class Smooth:
         n_max: int = 100_000,
         batch_size: int = DEFAULT_BATCH_SIZE,
         generator: Optional[torch.Generator] = None,
+        futility: float = FUTILITY,
     ) -> SequentialCertificate:
         """Decide robustness at each of ``radii``, drawing samples only until every answer is known.
 
         Selects c_A from n0 samples as :meth:`certify` does, then draws estimation samples in
-        growing batches and bounds p_A with an anytime-valid confidence sequence
+        growing batches and bounds p_A with anytime-valid confidence sequences
         (:mod:`rsmooth.smoothing.sequential`; Voracek 2024, arXiv 2406.17830).  At radius r the
-        answer is "robust" once the lower bound exceeds Phi(r / sigma), "no" once the upper bound
-        is at most Phi(r / sigma), "cap" once n_max samples cannot certify r; it stops when every
-        radius is answered (at n_max at the latest).  The returned radius is the largest robust
-        one, with prediction c_A (ABSTAIN and 0.0 when none is).  Guarantee: with probability
-        >= 1 - alpha, for all radii at once, g(x + d) = c_A for every ||d||_2 < r at every r
-        decided robust.
+        answer is "robust" once the lower bound (level alpha) exceeds Phi(r / sigma), "no" once
+        the upper bound (level ``futility``) is at most Phi(r / sigma), "cap" once even the
+        projected lower bound at n_max is; it stops when every radius is answered (at n_max at
+        the latest).  The returned radius is the largest robust one, with prediction c_A
+        (ABSTAIN and 0.0 when none is).  Guarantee: with probability >= 1 - alpha, for all radii
+        at once, g(x + d) = c_A for every ||d||_2 < r at every r decided robust; ``futility`` only
+        bounds (by 2 * futility) the chance of giving up a radius that n_max samples would certify.
 
         Args:
             x: one input [C x H x W] in [0, 1]; n0: selection samples (100); radii: l2 radii
-            in [0, 1] pixel units; alpha: failure probability (0.001); n_max: cap on the
-            estimation samples (100,000); batch_size: samples per forward pass (the sample
+            in [0, 1] pixel units; alpha: failure probability (0.001, below 1/2); n_max: cap on
+            the estimation samples (100,000); batch_size: samples per forward pass (the sample
             sizes at which the bounds are checked do not depend on it); generator: optional
-            ``torch.Generator`` on the model's device.
+            ``torch.Generator`` on the model's device; futility: beta in (0, 1/e) (0.05).
         """
         radii = validate_radii(radii)
         levels = thresholds(radii, self.sigma)
-        c_a, bounds, capped = self._sequence(x, n0, alpha, n_max, batch_size, generator,
+        c_a, bounds, capped = self._sequence(x, n0, alpha, n_max, batch_size, generator, futility,
                                              lambda b: Decision.OPEN not in decide(b, levels))
-        decisions = decide(bounds, levels)  # none is open at n_max: nothing more is reachable there
+        decisions = decide(bounds, levels)  # none is open at n_max: the projection is the lower bound there
         robust = [r for r, d in zip(radii, decisions) if d is Decision.ROBUST]
         prediction, radius = (c_a, max(robust)) if robust else (Smooth.ABSTAIN, 0.0)
         return SequentialCertificate(prediction, radius, n0 + bounds.n, bounds.n, bounds.n_a, c_a, bounds.lower,
@@ -468,47 +473,50 @@ class Smooth:
         n_max: int = 100_000,
         batch_size: int = DEFAULT_BATCH_SIZE,
         generator: Optional[torch.Generator] = None,
+        futility: float = FUTILITY,
     ) -> SequentialCertificate:
         """Certify the largest radius, drawing samples only until more cannot raise it by ``radius_tol``.
 
         Selects c_A from n0 samples as :meth:`certify` does, then draws estimation samples in
-        growing batches, bounding p_A with an anytime-valid confidence sequence (lower bound
-        LB, upper bound UB; :mod:`rsmooth.smoothing.sequential`).  It stops when
-        sigma * (Phi^-1(min(UB, LB_max)) - Phi^-1(LB)) <= radius_tol, each term clamped at 0,
-        where LB_max is the largest lower bound still reachable by n_max samples (all later
-        samples votes for c_A), or at n_max.  Returns (c_A, sigma * Phi^-1(LB)) if LB > 1/2,
-        else (ABSTAIN, 0.0).  Guarantee: with probability >= 1 - alpha the returned radius is at
-        most sigma * Phi^-1(p_A), the radius of Cohen et al. (arXiv 1902.02918, Thm. 1) with
-        p_A known exactly, so g(x + d) = c_A for every ||d||_2 < radius; this holds for the stopping rule
-        used and for any other.  The tolerance bounds what stopping early can cost, not the
-        distance to the true radius.
+        growing batches, bounding p_A with anytime-valid confidence sequences (lower bound LB,
+        level alpha; :mod:`rsmooth.smoothing.sequential`).  It stops when
+        sigma * (Phi^-1(LB_proj) - Phi^-1(LB)) <= radius_tol, each term clamped at 0, where
+        LB_proj is the lower bound all n_max samples would give if the remaining votes came at
+        the upper ``futility``-quantile allowed by the upper bound (level ``futility``), or at
+        n_max.  Returns (c_A, sigma * Phi^-1(LB)) if LB > 1/2, else (ABSTAIN, 0.0).  Guarantee:
+        with probability >= 1 - alpha the returned radius is at most sigma * Phi^-1(p_A), the
+        radius of Cohen et al. (arXiv 1902.02918, Thm. 1) with p_A known exactly, so
+        g(x + d) = c_A for every ||d||_2 < radius; this holds for the stopping rule used and for
+        any other.  The tolerance bounds what stopping early costs against drawing all n_max
+        samples (with probability >= 1 - 2 * futility), not the distance to the true radius.
 
         Args:
-            x, n0, alpha, n_max, batch_size, generator: as in :meth:`certify_sequential`;
+            x, n0, alpha, n_max, batch_size, generator, futility: as in :meth:`certify_sequential`;
             radius_tol: l2 radius in [0, 1] pixel units (>= 0; 0 draws all n_max samples
             unless the radius is already out of reach).
         """
         radius_tol = validate_radius_tol(radius_tol)
-        c_a, bounds, capped = self._sequence(x, n0, alpha, n_max, batch_size, generator,
+        c_a, bounds, capped = self._sequence(x, n0, alpha, n_max, batch_size, generator, futility,
                                              lambda b: radius_gain(b, self.sigma) <= radius_tol)
         prediction, radius = ((c_a, radius_of(bounds.lower, self.sigma)) if bounds.lower > 0.5
                               else (Smooth.ABSTAIN, 0.0))
         return SequentialCertificate(prediction, radius, n0 + bounds.n, bounds.n, bounds.n_a, c_a, bounds.lower,
                                      bounds.upper, capped)
 
-    def _sequence(self, x, n0, alpha, n_max, batch_size, generator,
+    def _sequence(self, x, n0, alpha, n_max, batch_size, generator, futility,
                   done: Callable[[Bounds], bool]) -> Tuple[int, Bounds, bool]:
         """(c_A from n0 samples, the bounds where ``done`` first holds or at n_max, whether n_max was reached)."""
         _validate_input(x, 3, "x")
         n0 = validate_count("n0", n0)
-        alpha = validate_alpha(alpha)
+        alpha = validate_sequential_alpha(alpha)
+        futility = validate_futility(futility)
         n_max = validate_count("n_max", n_max)
         batch_size = validate_count("batch_size", batch_size)
         with self._eval():
             (counts0,) = self._host_counts(x, (n0,), batch_size, generator)
             c_a = int(np.argmax(counts0))  # first maximum: ties to the lowest index
             bounds = run_sequence(lambda m: self._host_counts(x, (m,), batch_size, generator)[0][c_a],
-                                  alpha, n_max, done)
+                                  alpha, n_max, done, futility)
         return c_a, bounds, bounds.n == n_max
 
     def certify_batch(
