@@ -366,7 +366,6 @@ def test_cli_adaptive(trained, tmp_path, capsys):
     (["--adaptive", "--radii", "0.5"], "--radii goes with --sequential"),
     (["--sequential", "--radii", "0.5", "--radius-tol", "0.1"], "--radius-tol goes with --adaptive"),
     (["--sequential", "--radii", "0.5", "-1"], "radii must be finite and >= 0"),
-    (["--sequential", "--radii", "0.5", "--shard", "0/2"], "--sequential cannot be split into shards"),
     (["--futility", "0.1"], "--futility goes with --sequential or --adaptive"),
     (["--adaptive", "--futility", "0.5"], "futility must be in (0, 0.36]"),
     (["--adaptive", "--alpha", "0.6"], "alpha must be below 1/2 for sequential certification"),

@@ -18,29 +18,24 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 
 from ..errors import RsmoothError, check
-from ..fileio import atomic_write_bytes, naming, remove_stale_temps, run_lock
+from ..fileio import remove_stale_temps, run_lock
 from ..metrics import CertifyWriter, read_sidecar, sidecar_path, write_sidecar
 from ..metrics.certify_io import TSV_HEADER
 from ..paths import check_output_file
 from ..smoothing import Smooth, max_certifiable_radius, validate_alpha, validate_count, validate_sigma
-from ..smoothing.sequential import (CONFIDENCE_SEQUENCE, FUTILITY, SequentialCertificate, anytime_lower, radius_of,
+from ..smoothing.sequential import (CONFIDENCE_SEQUENCE, FUTILITY, anytime_lower, radius_of,
                                     validate_futility, validate_radii, validate_radius_tol,
                                     validate_sequential_alpha)
 from . import distributed
 from .checkpoint import (file_sha256, git_commit, load_model, resolve_checkpoint_path, resolve_device,
                          versions)
 from .seeding import generator, validate_seed
+from .seqfile import SEQUENTIAL_MODES, SeqWriter, sequential_path
 from .shards import identity_diff, merge_certify, parse_shard, shard_path, shard_share
 from ..progress import progress_bar
 
 #: how long a rank that finished its shard waits for the others, at least
 _MIN_WAIT = datetime.timedelta(minutes=30)
-#: the modes that draw samples until the answer is known (Smooth.certify_sequential / certify_adaptive)
-SEQUENTIAL_MODES = ("sequential", "adaptive")
-#: sidecar fields of the sequential modes that must agree for a run to continue an existing TSV
-_SEQUENTIAL_IDENTITY = ("radii", "n_max", "radius_tol", "futility", "confidence_sequence")
-#: the columns of OUT.seq.tsv: per example, what the sequential modes drew and decided
-SEQ_COLUMNS = ("idx", "c_a", "samples", "n", "n_a", "p_lower", "p_upper", "capped", "decisions")
 
 
 def run_certification(
@@ -139,8 +134,6 @@ def run_certification(
     if sigma is not None:
         sigma = validate_sigma(sigma)
     world, shard = distributed.rank_shard(shard, "certifies")
-    check(not (sequential and shard is not None), f"--{mode} cannot be split into shards or torchrun ranks yet; "
-                                                  f"run it as one process")
     if not world.main:
         progress, log = False, distributed.quiet
     dev = distributed.rank_device(resolve_device(device), world)
@@ -250,8 +243,7 @@ def _certify_into(out_path: Path, indices: List[int], meta: dict, certify_one: C
             if old is None:
                 raise RsmoothError(f"{out_path} exists without its metadata {sidecar_path(out_path)}; "
                                    f"pass --overwrite to replace it or choose another --out")
-            diff = identity_diff(old, meta) + [k for k in ("shard", *_SEQUENTIAL_IDENTITY)
-                                               if old.get(k) != meta.get(k)]
+            diff = identity_diff(old, meta) + (["shard"] if old.get("shard") != meta.get("shard") else [])
             if diff:
                 k = diff[0]
                 raise RsmoothError(f"{out_path} holds a run with {k}={old.get(k)!r}, not {meta.get(k)!r}; "
@@ -260,7 +252,7 @@ def _certify_into(out_path: Path, indices: List[int], meta: dict, certify_one: C
         write_sidecar(out_path, {**meta, "complete": False})
 
         with CertifyWriter(out_path, resume=resume) as writer, contextlib.ExitStack() as stack:
-            seq = (stack.enter_context(_SeqWriter(sequential_path(out_path), writer.done_indices))
+            seq = (stack.enter_context(SeqWriter(sequential_path(out_path), writer.done_indices))
                    if mode in SEQUENTIAL_MODES else None)
             todo = [i for i in indices if i not in writer.done_indices]
             if resume and writer.done_indices:
@@ -274,51 +266,6 @@ def _certify_into(out_path: Path, indices: List[int], meta: dict, certify_one: C
         meta["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
         write_sidecar(out_path, {**meta, "complete": True})
     return len(todo) if count_todo else out_path
-
-
-def sequential_path(out: Union[str, Path]) -> Path:
-    """The per-example file of a sequential run beside its TSV: ``OUT.seq.tsv``."""
-    return Path(f"{out}.seq.tsv")
-
-
-class _SeqWriter:
-    """``OUT.seq.tsv`` (:data:`SEQ_COLUMNS`), one flushed row per example, written before OUT's row.
-
-    On resume it keeps the rows of the examples OUT holds (dropping a partial last line and the
-    row of an example killed before OUT's row was written), so both files hold the same examples.
-    """
-
-    def __init__(self, path: Path, done: set) -> None:
-        self.path = path
-        kept = []
-        if done:
-            check(path.is_file(), f"{path} (the samples and decisions of the examples in the TSV) is missing; "
-                                  f"pass --overwrite to start again")
-            rows = path.read_text(encoding="utf-8").split("\n")[1:-1]  # header and a partial last line off
-            kept = [row + "\n" for row in rows if _idx(row) in done]
-            missing = done - {_idx(row) for row in kept}
-            check(not missing, f"{path} lacks the row of idx {min(missing, default=0)} that the TSV holds; "
-                               f"pass --overwrite to start again")
-        atomic_write_bytes(path, "".join(["\t".join(SEQ_COLUMNS) + "\n", *kept]).encode("utf-8"))
-        with naming(path):
-            self._f = open(path, "a", encoding="utf-8", newline="\n")
-
-    def write(self, idx: int, cert: SequentialCertificate) -> None:
-        fields = (idx, cert.c_a, cert.samples, cert.n, cert.n_a, repr(cert.p_lower), repr(cert.p_upper),
-                  int(cert.capped), ",".join(d.value for d in cert.decisions) or "-")
-        self._f.write("\t".join(map(str, fields)) + "\n")
-        self._f.flush()
-
-    def __enter__(self) -> "_SeqWriter":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._f.close()
-
-
-def _idx(row: str) -> Optional[int]:
-    first = row.split("\t", 1)[0]
-    return int(first) if first.isdigit() else None
 
 
 def _check_out(out: str, checkpoint: Path, overwrite: bool) -> None:

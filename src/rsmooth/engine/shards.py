@@ -19,11 +19,13 @@ from ..errors import RsmoothError, check
 from ..fileio import atomic_write_bytes, run_lock
 from ..metrics import read_certify_tsv, read_sidecar, sidecar_path, write_sidecar
 from ..metrics.certify_io import TSV_HEADER
+from .seqfile import SEQUENTIAL_MODES, seq_rows, sequential_path, write_seq_rows
 
 Shard = Tuple[int, int]
 #: sidecar fields that must agree for a run to continue an existing TSV, and for shards to merge
 RUN_IDENTITY = ("mode", "dataset", "corruption", "split", "sigma", "n0", "n", "alpha", "start", "skip", "max",
-                "seed", "checkpoint_sha256", "precision", "channels_last")
+                "seed", "checkpoint_sha256", "precision", "channels_last",
+                "radii", "n_max", "radius_tol", "futility", "confidence_sequence")  # the last: sequential modes
 #: the value of an identity field that sidecars written before it existed lack
 _IDENTITY_DEFAULTS = {"start": 0, "corruption": None}
 #: sidecar fields of a shard that the merged file does not have
@@ -91,7 +93,8 @@ def merge_certify(out: Union[str, Path], shards: Optional[Sequence[Union[str, Pa
     ``shards``: the shard TSVs (default: :func:`find_shards`).  They must all be complete,
     from the same settings (the ``identity`` fields and the subset), and together hold every
     example of the subset exactly once.  ``out`` gets their rows sorted by idx, as a one-process
-    run writes them, and a complete sidecar; both are written atomically.  An existing ``out``
+    run writes them, and a complete sidecar; both are written atomically (and so is
+    ``out.seq.tsv`` from the shards' for --sequential/--adaptive).  An existing ``out``
     from other settings is refused unless ``overwrite``.  The shard files are deleted after
     the merge unless ``keep``.
     """
@@ -137,12 +140,21 @@ def merge_certify(out: Union[str, Path], shards: Optional[Sequence[Union[str, Pa
                       device=", ".join(dict.fromkeys(str(m.get("device")) for _, m in metas)),
                       started=min(str(m.get("started", "")) for _, m in metas),
                       finished=datetime.datetime.now().isoformat(timespec="seconds"))
-        # the sidecar says incomplete while the TSV is replaced: a kill in between is rerun
+        sequential = first.get("mode") in SEQUENTIAL_MODES
+        seq = sorted(row for p in paths for row in seq_rows(sequential_path(p))) if sequential else []
+        check(not sequential or [i for i, _ in seq] == [i for i, _ in rows],
+              f"the shards' {sequential_path(paths[0]).name} files do not hold one row per example of their TSVs; "
+              f"rerun the shards' certify commands with --overwrite")
+        # the sidecar says incomplete while the files are replaced: a kill in between is rerun
         write_sidecar(out, {**merged, "complete": False})
+        if sequential:
+            write_seq_rows(sequential_path(out), seq)
         atomic_write_bytes(out, "".join([TSV_HEADER + "\n"] + [line for _, line in rows]).encode("utf-8"))
         write_sidecar(out, {**merged, "complete": True})
         if not keep:
             remove_shards(paths, sidecar_path)
+            for p in paths if sequential else ():
+                sequential_path(p).unlink(missing_ok=True)
     log(f"merged {k} shards into {out}: {len(rows)} examples")
     return out
 

@@ -1,0 +1,77 @@
+"""``OUT.seq.tsv``: what the sequential modes drew and decided per example, beside the TSV.
+
+One row per example (:data:`SEQ_COLUMNS`): the class c_A the n0 samples selected, the samples
+drawn in all (n0 + n), the estimation samples n and votes n_a for c_A, the bounds on p_A at the
+stop (``p_lower`` at level alpha, the certificate; ``p_upper`` at level beta, the futility bound),
+whether n_max was reached, and the decision at each radius (``-`` for --adaptive).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional, Tuple, Union
+
+from ..errors import check
+from ..fileio import atomic_write_bytes, naming
+from ..smoothing.sequential import SequentialCertificate
+
+#: the modes that draw samples until the answer is known (Smooth.certify_sequential / certify_adaptive)
+SEQUENTIAL_MODES = ("sequential", "adaptive")
+#: the columns of OUT.seq.tsv
+SEQ_COLUMNS = ("idx", "c_a", "samples", "n", "n_a", "p_lower", "p_upper", "capped", "decisions")
+_HEADER = "\t".join(SEQ_COLUMNS) + "\n"
+
+
+def sequential_path(out: Union[str, Path]) -> Path:
+    """The per-example file of a sequential run beside its TSV: ``OUT.seq.tsv``."""
+    return Path(f"{out}.seq.tsv")
+
+
+def _idx(row: str) -> Optional[int]:
+    first = row.split("\t", 1)[0]
+    return int(first) if first.isdigit() else None
+
+
+def seq_rows(path: Path) -> List[Tuple[int, str]]:
+    """(idx, line) of each whole row of ``path`` (a partial last line is left out); one-line
+    errors for a missing file or a foreign header."""
+    check(path.is_file(), f"{path} (the samples and decisions of the examples in the TSV) is missing; "
+                          f"pass --overwrite to start again")
+    text = path.read_text(encoding="utf-8")
+    check(text.startswith(_HEADER), f"{path} is not a sequential-certification file (its header is not "
+                                    f"{' '.join(SEQ_COLUMNS)}); pass --overwrite to start again")
+    return [(i, row + "\n") for row in text.split("\n")[1:-1] if (i := _idx(row)) is not None]
+
+
+def write_seq_rows(path: Path, rows: List[Tuple[int, str]]) -> None:
+    """``path`` with the header and ``rows`` in the order given, written atomically."""
+    atomic_write_bytes(path, "".join([_HEADER, *(line for _, line in rows)]).encode("utf-8"))
+
+
+class SeqWriter:
+    """``OUT.seq.tsv``, one flushed row per example, written before OUT's row.
+
+    On resume it keeps the rows of the examples OUT holds (dropping a partial last line and the
+    row of an example killed before OUT's row was written), so both files hold the same examples.
+    """
+
+    def __init__(self, path: Path, done: set) -> None:
+        self.path = path
+        kept = [(i, row) for i, row in seq_rows(path) if i in done] if done else []
+        missing = done - {i for i, _ in kept}
+        check(not missing, f"{path} lacks the row of idx {min(missing, default=0)} that the TSV holds; "
+                           f"pass --overwrite to start again")
+        write_seq_rows(path, kept)
+        with naming(path):
+            self._f = open(path, "a", encoding="utf-8", newline="\n")
+
+    def write(self, idx: int, cert: SequentialCertificate) -> None:
+        fields = (idx, cert.c_a, cert.samples, cert.n, cert.n_a, repr(cert.p_lower), repr(cert.p_upper),
+                  int(cert.capped), ",".join(d.value for d in cert.decisions) or "-")
+        self._f.write("\t".join(map(str, fields)) + "\n")
+        self._f.flush()
+
+    def __enter__(self) -> "SeqWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._f.close()
