@@ -301,6 +301,10 @@ def test_cli_sequential_writes_tsv_and_samples_and_resumes(trained, tmp_path, ca
     full = tmp_path / "full.tsv"
     code, out, _ = _run(capsys, "certify", "--checkpoint", trained, *SEQ, "--out", full)
     assert code == 0 and "results:" in out
+    code, out, _ = _run(capsys, "analyze", full)  # says what its figures mean
+    assert code == 0 and "decided only radii 0.25, 0.5: certified accuracy is exact there" in out
+    code, out, _ = _run(capsys, "analyze", full, "--json")
+    assert "ACR is a lower bound" in json.loads(out)["notes"][0]
     res = read_certify_tsv(full)
     seq = [ln.split("\t") for ln in (tmp_path / "full.tsv.seq.tsv").read_text().splitlines()]
     assert seq[0] == ["idx", "c_a", "samples", "n", "n_a", "p_lower", "p_upper", "capped", "decisions"]

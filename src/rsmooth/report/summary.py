@@ -302,20 +302,29 @@ def analyze(paths: Sequence[PathLike], radii: Radii = None, fmt: str = "markdown
     summaries = summarize(paths, radii=radii, labels=labels, ci=ci, alpha=alpha)
     if plot is not None:
         plot_certified_accuracy(summaries, plot)
-    rows, notes = paper_rows_for([s.meta for s in summaries], paper) if paper is not None else ([], [])
+    rows, paper_notes = paper_rows_for([s.meta for s in summaries], paper) if paper is not None else ([], [])
+    notes = sequential_notes(summaries)
     if as_json:
         out = to_json(summaries)
-        if summaries[0].ci:
-            out["notes"] = ci_notes(summaries, "json")
+        if summaries[0].ci or notes:
+            out["notes"] = (ci_notes(summaries, "json") if summaries[0].ci else []) + notes
         if paper is not None:
             radii = _table_radii(summaries, None)
-            out["paper"] = {"table": paper, "notes": notes, "rows": [
+            out["paper"] = {"table": paper, "notes": paper_notes, "rows": [
                 {"label": r.label, "method": r.method, "dataset": r.dataset, "sigma": r.sigma, "acr": r.acr,
                  "acr_std": r.acr_std, "hparams": r.hparams,
                  "certified_accuracy_percent": {str(float(x)): r.accuracy_at(x) for x in radii}}
                 for r in rows]}
         return json.dumps(out, indent=2)
-    return format_table(summaries, fmt=fmt, paper_rows=rows, notes=notes)
+    return format_table(summaries, fmt=fmt, paper_rows=rows, notes=[*paper_notes, *notes])
+
+
+def sequential_notes(summaries: Sequence[FileSummary]) -> List[str]:
+    """What the figures of ``certify --sequential`` files mean: only the decided radii are exact."""
+    return [f"{s.label}: a --sequential run decided only radii {', '.join(f'{r:g}' for r in s.meta['radii'])}: "
+            f"certified accuracy is exact there; between them each example counts at the largest radius "
+            f"decided robust, so ACR is a lower bound (certify or --adaptive estimates every radius)."
+            for s in summaries if (s.meta or {}).get("mode") == "sequential" and s.meta.get("radii")]
 
 
 def ci_notes(summaries: Sequence[FileSummary], fmt: str) -> List[str]:
