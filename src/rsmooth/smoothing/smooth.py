@@ -488,7 +488,10 @@ class Smooth:
         radius of Cohen et al. (arXiv 1902.02918, Thm. 1) with p_A known exactly, so
         g(x + d) = c_A for every ||d||_2 < radius; this holds for the stopping rule used and for
         any other.  The tolerance bounds what stopping early costs against drawing all n_max
-        samples (with probability >= 1 - 2 * futility), not the distance to the true radius.
+        samples (with probability >= 1 - 2 * futility), not the distance to the true radius: the
+        "radius decline" of Chen et al.'s input-specific sampling (Input-Specific Robustness
+        Certification for Randomized Smoothing, 2022, arXiv 2112.12084), here with a bound valid
+        under optional stopping.
 
         Args:
             x, n0, alpha, n_max, batch_size, generator, futility: as in :meth:`certify_sequential`;
