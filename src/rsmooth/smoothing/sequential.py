@@ -241,8 +241,9 @@ class SequentialCertificate:
     ``prediction``: c_A, or ``Smooth.ABSTAIN`` (-1) when no radius is certified; ``radius``: the
     certified l2 radius (0.0 when abstaining); ``samples``: noisy samples drawn in all (n0 + n);
     ``n``, ``n_a``: estimation samples and the votes for c_A among them; ``c_a``: the class the n0
-    samples selected; ``p_lower``, ``p_upper``: the confidence sequence's bounds on p_A at the
-    stop; ``capped``: all n_max estimation samples were drawn; ``decisions``: one per radius
+    samples selected; ``p_lower``: the lower bound on p_A at the stop (level alpha, 0 when p_A > 1/2
+    is not established); ``p_upper``: the upper bound (level futility, which only steers
+    stopping); ``capped``: all n_max estimation samples were drawn; ``decisions``: one per radius
     (certify_sequential), empty for certify_adaptive.
     """
 
