@@ -267,10 +267,10 @@ def test_same_seed_same_result_whatever_the_batch_size():
     (lambda s, x: s.certify_sequential(x, 10, [-0.5], 0.01), "finite and >= 0"),
     (lambda s, x: s.certify_sequential(x, 10, [0.5], 0.01, n_max=0), "n_max must be >= 1"),
     (lambda s, x: s.certify_adaptive(x, 10, 0.01, radius_tol=-0.1), "radius_tol must be >= 0"),
-    (lambda s, x: s.certify_adaptive(x, 10, 1.5), r"alpha must be in \(0, 1\)"),
-    (lambda s, x: s.certify_adaptive(x, 10, 0.5), "alpha must be below 1/2"),
-    (lambda s, x: s.certify_sequential(x, 10, [0.5], 0.01, futility=0.4), r"futility must be in \(0, 0.36\]"),
-    (lambda s, x: s.certify_sequential(x, 10, [0.5], 0.01, futility="x"), "futility must be a probability"),
+    (lambda s, x: s.certify_adaptive(x, 10, 1.5), r"alpha must be in \(0, 0.5\)"),
+    (lambda s, x: s.certify_adaptive(x, 10, 0.5), r"alpha must be in \(0, 0.5\) for sequential"),
+    (lambda s, x: s.certify_sequential(x, 10, [0.5], 0.01, futility=0.4), r"futility must be in \(0, 0.3679\)"),
+    (lambda s, x: s.certify_sequential(x, 10, [0.5], 0.01, futility="x"), r"futility must be a number in \(0, 0.3679\)"),
 ])
 def test_api_errors(call, match):
     from rsmooth import RsmoothError
@@ -371,8 +371,8 @@ def test_cli_adaptive(trained, tmp_path, capsys):
     (["--sequential", "--radii", "0.5", "--radius-tol", "0.1"], "--radius-tol goes with --adaptive"),
     (["--sequential", "--radii", "0.5", "-1"], "radii must be finite and >= 0"),
     (["--futility", "0.1"], "--futility goes with --sequential or --adaptive"),
-    (["--adaptive", "--futility", "0.5"], "futility must be in (0, 0.36]"),
-    (["--adaptive", "--alpha", "0.6"], "alpha must be below 1/2 for sequential certification"),
+    (["--adaptive", "--futility", "0.5"], "futility must be in (0, 0.3679) for sequential certification"),
+    (["--adaptive", "--alpha", "0.6"], "alpha must be in (0, 0.5) for sequential certification"),
 ])
 def test_cli_errors_are_one_line(trained, tmp_path, capsys, argv, message):
     try:

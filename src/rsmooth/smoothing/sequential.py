@@ -50,7 +50,7 @@ from scipy.special import betainc, betaincc, betaln, xlog1py, xlogy
 from scipy.stats import binom, norm
 
 from ..errors import RsmoothError, check
-from .stats import validate_alpha
+from .stats import check_probability
 
 #: default beta: the level of the upper bound that decides when a radius is not worth more samples
 FUTILITY = 0.05
@@ -273,20 +273,12 @@ def validate_radii(radii: Sequence[float]) -> Tuple[float, ...]:
 
 def validate_sequential_alpha(alpha: float) -> float:
     """alpha as a float, or a one-line error unless 0 < alpha < 1/2 (the lower bound's test needs it)."""
-    value = validate_alpha(alpha)
-    check(value < 0.5, f"alpha must be below 1/2 for sequential certification (e.g. 0.001), got {alpha!r}")
-    return value
+    return check_probability("alpha", alpha, "0.001", below=0.5, why=" for sequential certification")
 
 
 def validate_futility(beta: float) -> float:
     """beta as a float, or a one-line error unless 0 < beta < 1/e (the upper bound's test needs it)."""
-    try:
-        value = float(beta)
-    except (TypeError, ValueError):
-        raise RsmoothError(f"futility must be a probability in (0, 0.36] (e.g. 0.05), got {beta!r}") from None
-    check(0 < value < 1 / math.e, f"futility must be in (0, 0.36] (the level of the upper bound that stops "
-                                  f"hopeless radii, e.g. 0.05), got {beta!r}")
-    return value
+    return check_probability("futility", beta, "0.05", below=1 / math.e, why=" for sequential certification")
 
 
 def validate_radius_tol(tol: float) -> float:

@@ -14,13 +14,15 @@ from scipy.stats import beta, binomtest, norm
 from ..errors import RsmoothError, check
 
 
-def check_probability(name: str, value: float, example: str) -> float:
-    """``value`` as a float in the open interval (0, 1), else a one-line RsmoothError."""
+def check_probability(name: str, value: float, example: str, below: float = 1.0, why: str = "") -> float:
+    """``value`` as a float in the open interval (0, ``below``), else a one-line RsmoothError
+    (``why``: what needs the limit, e.g. " for sequential certification")."""
+    interval = f"(0, {below:.4g})"
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise RsmoothError(f"{name} must be a number in (0, 1) (e.g. {example}), got {value!r}") from None
-    check(0.0 < v < 1.0, f"{name} must be in (0, 1) (e.g. {example}), got {value!r}")
+        raise RsmoothError(f"{name} must be a number in {interval}{why} (e.g. {example}), got {value!r}") from None
+    check(0.0 < v < below, f"{name} must be in {interval}{why} (e.g. {example}), got {value!r}")
     return v
 
 
