@@ -6,6 +6,7 @@ certify files in ``--out``)
 * fixed: ``rsmooth certify --n N`` (Cohen, Rosenfeld, Kolter 2019, arXiv 1902.02918: n = 100,000);
 * sequential: ``rsmooth certify --sequential --radii R... --n-max N``;
 * adaptive: ``rsmooth certify --adaptive --radius-tol T --n-max N`` for each ``--tol T``;
+* with ``--grid G...``: ``--sequential --radii G...`` once more, a certified-accuracy curve on a grid;
 
 and prints one markdown table: mean samples per image (n0 + n, fixed: n0 + N), how many times
 fewer than fixed, wall time (the sum of each TSV's time column: the certification work itself,
@@ -16,7 +17,8 @@ decided radii are exact, so its ACR is not shown).
 Usage::
 
     python bench/sequential_vs_fixed.py --checkpoint runs/fm025 --skip 100 --out bench_out/fm025
-    python bench/sequential_vs_fixed.py --checkpoint runs/fm050 --skip 100 --tol 0.1 0.05 --out bench_out/fm050
+    python bench/sequential_vs_fixed.py --checkpoint runs/fm050 --skip 100 --tol 0.1 0.05 \
+        --grid 0 0.25 0.5 0.75 1 1.25 1.5 1.75 --out bench_out/fm050
 
 With ``OMP_NUM_THREADS=1`` each run uses one thread (the BENCHMARKS.md figures).
 """
@@ -48,6 +50,8 @@ def main(argv: List[str] = None) -> str:
     ap.add_argument("--radii", type=float, nargs="+", default=[0.25, 0.5, 0.75],
                     help="l2 radii in [0,1] pixel units decided by --sequential and tabulated (default 0.25 0.5 0.75)")
     ap.add_argument("--tol", type=float, nargs="*", default=[0.1, 0.05], help="--radius-tol values of --adaptive")
+    ap.add_argument("--grid", type=float, nargs="*", default=[],
+                    help="radii of a second --sequential run (a certified-accuracy curve; include --radii)")
     ap.add_argument("--n", type=int, default=100_000, help="fixed n and the sequential modes' n-max (default 100000)")
     ap.add_argument("--n0", type=int, default=100)
     ap.add_argument("--alpha", type=float, default=0.001)
@@ -61,6 +65,9 @@ def main(argv: List[str] = None) -> str:
             ("--sequential", out / "seq.tsv", dict(mode="sequential", radii=args.radii, n_max=args.n))]
     runs += [(f"--adaptive tol {t:g}", out / f"adaptive-{t:g}.tsv", dict(mode="adaptive", radius_tol=t, n_max=args.n))
              for t in args.tol]
+    if args.grid:
+        runs.append((f"--sequential, {len(args.grid)} radii {min(args.grid):g}-{max(args.grid):g}", out / "grid.tsv",
+                     dict(mode="sequential", radii=args.grid, n_max=args.n)))
     for name, path, kw in runs:
         print(f"{name}: {path}", file=sys.stderr)
         run_certification(args.checkpoint, str(path), progress=sys.stderr.isatty(), **common, **kw)
