@@ -345,6 +345,21 @@ def test_cli_sequential_writes_tsv_and_samples_and_resumes(trained, tmp_path, ca
     assert code == 2 and "holds a run with radii=[0.25, 0.5], not [0.5]" in err
 
 
+def test_cli_resume_with_a_lost_or_foreign_seq_file_is_a_one_line_error(trained, tmp_path, capsys):
+    out = tmp_path / "s.tsv"
+    argv = ["certify", "--checkpoint", trained, *SEQ[:-4], "--max", "2", "--out", out]
+    assert _run(capsys, *argv)[0] == 0
+    seq, meta = tmp_path / "s.tsv.seq.tsv", json.loads((tmp_path / "s.tsv.json").read_text())
+    (tmp_path / "s.tsv.json").write_text(json.dumps({**meta, "complete": False}))  # killed after one row
+    out.write_text("".join(out.read_text().splitlines(keepends=True)[:2]))
+    for damage, message in ((lambda: seq.unlink(), "s.tsv.seq.tsv (the samples and decisions of the examples "
+                                                   "in the TSV) is missing"),
+                            (lambda: seq.write_text("idx\tradius\n0\t0.5\n"), "is not a sequential-certification file")):
+        damage()
+        code, _, err = _run(capsys, *argv)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_cli_adaptive(trained, tmp_path, capsys):
     out = tmp_path / "a.tsv"
     code, _, _ = _run(capsys, "certify", "--checkpoint", trained, "--adaptive", "--radius-tol", "0.1",

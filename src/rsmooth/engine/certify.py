@@ -122,9 +122,8 @@ def run_certification(
         check(n_max >= n0, f"--n-max {n_max} is below --n0 {n0}: it caps the estimation samples, as --n does "
                            f"for certify (default 100000)")
         futility = validate_futility(futility)
-        alpha = validate_sequential_alpha(alpha)
     radius_tol = validate_radius_tol(radius_tol) if mode == "adaptive" else None
-    alpha = validate_alpha(alpha)
+    alpha = validate_sequential_alpha(alpha) if sequential else validate_alpha(alpha)
     batch_size = validate_count("batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size)
     start = validate_count("start", start, minimum=0)
     skip = validate_count("skip", skip)

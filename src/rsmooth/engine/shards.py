@@ -153,8 +153,9 @@ def merge_certify(out: Union[str, Path], shards: Optional[Sequence[Union[str, Pa
         write_sidecar(out, {**merged, "complete": True})
         if not keep:
             remove_shards(paths, sidecar_path)
-            for p in paths if sequential else ():
-                sequential_path(p).unlink(missing_ok=True)
+            if sequential:
+                for p in paths:
+                    sequential_path(p).unlink(missing_ok=True)
     log(f"merged {k} shards into {out}: {len(rows)} examples")
     return out
 
