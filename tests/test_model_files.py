@@ -185,14 +185,14 @@ def test_a_named_module_is_found_in_the_current_folder_after_sys_path(cwd_module
     name = cwd_module("h5mod_d")
     assert not any(_is_cwd(p) for p in sys.path)
     model = create_model(f"{name}:Tiny", "digits")
-    assert model.arch == f"{name}:Tiny" and sys.path[-1] == str(tmp_path)  # appended: sys.path comes first
+    assert model.arch == f"{name}:Tiny" and Path(sys.path[-1]).resolve() == tmp_path.resolve()  # appended last
 
 
 def test_a_run_folders_module_is_not_imported_from_the_current_folder(cwd_module, tmp_path):
     name = cwd_module("h5mod_e")
     run = tmp_path / "run"
     train(TrainConfig(dataset="digits", arch=f"{name}:Tiny", epochs=1, train_subset=64), run, **QUIET)
-    sys.path.remove(str(tmp_path))  # a new process: nothing imported, the current folder not on sys.path
+    sys.path.remove(os.getcwd())  # a new process: nothing imported, the current folder not on sys.path
     del sys.modules[name]
     with pytest.raises(RsmoothError) as e:
         load_model(run)
@@ -252,7 +252,8 @@ def test_both_entry_points_train_and_certify_a_module_in_the_current_folder(tmp_
     assert done.returncode == 0, done.stderr
     rows = {}
     for how, cmd in entry.items():
-        done = _run(cmd, tmp_path, "certify", "--checkpoint", "run", "--arch", "h5nets:tiny", "--out", f"{how}.tsv", *cert)
+        done = _run(cmd, tmp_path, "certify", "--checkpoint", "run", "--arch", "h5nets:tiny", "--out", f"{how}.tsv",
+                    *cert)
         assert done.returncode == 0, done.stderr
         rows[how] = [line.rsplit("\t", 1)[0] for line in (tmp_path / f"{how}.tsv").read_text().splitlines()]
     assert rows["module"] == rows["script"] and len(rows["module"]) == 4

@@ -290,7 +290,8 @@ def _file_arch(p: Path, recorded: Any, arch: Optional[str], dataset: str) -> Tup
     if recorded in MODELS or recorded in arch_names():
         return recorded, ""
     name = default_arch(dataset)
-    return name, f"; {recorded!r} is not built in or installed, so {name} (the default for {dataset}) was tried: pass --arch"
+    return name, (f"; {recorded!r} is not built in or installed, so {name} (the default for {dataset}) "
+                  f"was tried: pass --arch")
 
 
 def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Optional[str] = None, *,
