@@ -144,7 +144,9 @@ def _import_factory(ref: str, search_cwd: bool = True) -> Callable[..., Any]:
     try:
         obj: Any = import_module(module, search_cwd=search_cwd)
     except Exception as e:  # the user's module may raise anything while it is imported
-        hint = "" if search_cwd or not isinstance(e, ModuleNotFoundError) else cwd_hint(module, ref)
+        hint = ""
+        if isinstance(e, ModuleNotFoundError) and e.name == module.partition(".")[0]:  # not one it imports
+            hint = " or run rsmooth in its folder" if search_cwd else cwd_hint(module, ref)
         raise RsmoothError(f"--arch {ref}: cannot import module {module!r} ({first_line(e)}); "
                            f"install its package or put its folder on PYTHONPATH{hint}") from e
     for part in attr.split("."):
