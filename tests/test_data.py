@@ -446,6 +446,7 @@ class _Exploit:
         return os.system, ("touch pwned",)
 
 
+@pytest.mark.filterwarnings("ignore::rsmooth.data.DataIntegrityWarning")  # hand-made batches, not the published ones
 def test_cifar_python_refuses_other_globals_and_garbage(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "cifar10" / "cifar-10-batches-py"

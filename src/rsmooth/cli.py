@@ -1013,5 +1013,8 @@ def _explain(e: Exception) -> typing.Tuple[int, str]:
                f"RSMOOTH_DEBUG=1 to see the traceback; please report it)")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m rsmooth.cli: as python -m rsmooth
+    from .imports import drop_implicit_cwd
+
+    drop_implicit_cwd()
     sys.exit(main())

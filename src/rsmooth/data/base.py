@@ -166,15 +166,17 @@ def download_root(data_dir: Optional[PathLike] = None) -> Path:
 
 
 def dataset_dirs(
-    name: str, data_dir: Optional[PathLike] = None, extra: Sequence[Path] = ()
+    name: str, data_dir: Optional[PathLike] = None, extra: Sequence[Path] = (), aliases: Sequence[str] = ()
 ) -> List[Path]:
     """Folders to search for dataset ``name``, in order, without duplicates.
 
     ``<data_dir>/<name>``, ``<$RSMOOTH_DATA>/<name>``, then ``extra`` (system folders such
-    as Debian's), then ``<cache_root>/<name>``.
+    as Debian's), then ``<cache_root>/<name>``; after each ``<root>/<name>``, ``<root>/<alias>``
+    for each of ``aliases`` (where other tools keep the dataset, e.g. torchvision's ``MNIST/raw``).
     """
-    dirs = [root / name for root in search_roots(data_dir)] + list(extra)
-    dirs.append(cache_root() / name)
+    subs = (name, *aliases)
+    dirs = [root / sub for root in search_roots(data_dir) for sub in subs] + list(extra)
+    dirs += [cache_root() / sub for sub in subs]
     out: List[Path] = []
     for d in dirs:
         if d not in out:

@@ -16,21 +16,23 @@ restricted unpickler that builds only numpy arrays and plain containers, numbers
 A dataset is found in ``<root>/cifar10/`` (``<root>/cifar100/``) or in ``<root>`` itself
 (where torchvision's ``root`` puts it), as an archive (``cifar-10-binary.tar.gz``,
 ``cifar-10-python.tar.gz``: read in place, nothing is extracted; its published MD5 is checked)
-or its extracted folder, binary before python.  Search order: ``data_dir``, ``$RSMOOTH_DATA``,
-the download cache; then the binary archive is downloaded and its published MD5 verified.
+or its extracted folder, binary before python (an extracted python batch is checked against the
+MD5 torchvision verifies).  Search order: ``data_dir``, ``$RSMOOTH_DATA``, the download cache
+(``~/.cache/rsmooth/data``); then the binary archive is downloaded and its published MD5 verified.
 Training augmentation: random crop 32 with zero padding 4 + horizontal flip (p = 0.5),
 batched, from the caller's generator.
 Normalisation constants (in the model, not the data) are those of the public checkpoints.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import pickle
 import posixpath
 import tarfile
 import warnings
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -44,7 +46,7 @@ from .base import (
     DatasetInfo,
     InMemoryDataset,
     PathLike,
-    dataset_dirs,
+    cache_root,
     download_root,
     search_roots,
 )
@@ -110,6 +112,7 @@ class CifarPythonLayout:
     folder: str
     files: Dict[str, Tuple[str, ...]]
     label_key: bytes
+    file_md5: Dict[str, str] = field(default_factory=dict)
 
 
 #: The official python releases (same page), as torchvision and Cohen et al.'s code fetch them.
@@ -120,6 +123,12 @@ PYTHON_LAYOUTS: Dict[str, CifarPythonLayout] = {
         folder="cifar-10-batches-py",
         files={"train": tuple(f"data_batch_{i}" for i in range(1, 6)), "test": ("test_batch",)},
         label_key=b"labels",
+        file_md5={"data_batch_1": "c99cafc152244af753f735de768cd75f",
+                  "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+                  "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
+                  "data_batch_4": "634d18415352ddfa80567beed471001a",
+                  "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
+                  "test_batch": "40351d587109b95175f43aff81a1287e"},
     ),
     "cifar100": CifarPythonLayout(
         archive="cifar-100-python.tar.gz",
@@ -127,6 +136,7 @@ PYTHON_LAYOUTS: Dict[str, CifarPythonLayout] = {
         folder="cifar-100-python",
         files={"train": ("train",), "test": ("test",)},
         label_key=b"fine_labels",
+        file_md5={"train": "16019d7e3df5f24257cddd939b257f8d", "test": "f0ef6b0ae62326f3e7ffdfab6717acfc"},
     ),
 }
 
@@ -245,6 +255,15 @@ def _read_archive(path: Path, folder: str, names: Sequence[str]) -> List[Tuple[s
     return [(f"{path}:{key}", found[key]) for key in wanted]
 
 
+def _check_file_md5(parts: Sequence[Tuple[str, bytes]], names: Sequence[str], md5s: Dict[str, str]) -> None:
+    """Warn (:class:`DataIntegrityWarning`) for each extracted file whose MD5 is not the published one."""
+    for (where, raw), name in zip(parts, names):
+        actual = hashlib.md5(raw, usedforsecurity=False).hexdigest()
+        if name in md5s and actual != md5s[name]:
+            warnings.warn(f"{where} does not match the published {name} (MD5 {actual}, expected {md5s[name]}); "
+                          f"using it anyway", DataIntegrityWarning, stacklevel=5)
+
+
 class _Cifar(InMemoryDataset):
     """Common reader of the CIFAR binary and python releases; subclasses set ``info``."""
 
@@ -252,12 +271,15 @@ class _Cifar(InMemoryDataset):
     def _layout(cls) -> CifarLayout:
         return LAYOUTS[cls.info.name]
 
+    @staticmethod
+    def _roots(data_dir: Optional[PathLike]) -> List[Path]:
+        """``data_dir``, ``$RSMOOTH_DATA``, the download cache (each may hold torchvision's folders)."""
+        return list(dict.fromkeys(search_roots(data_dir) + [cache_root()]))
+
     @classmethod
     def _places(cls, data_dir: Optional[PathLike]) -> List[Path]:
-        """Folders searched, in order: ``<root>/<name>`` and ``<root>`` for each data root
-        (``data_dir``, ``$RSMOOTH_DATA``), then the download cache's ``<name>`` folder."""
-        places = [p for root in search_roots(data_dir) for p in (root / cls.info.name, root)]
-        return list(dict.fromkeys(places + dataset_dirs(cls.info.name)))
+        """Folders searched, in order: ``<root>/<name>`` and ``<root>`` for each root of :meth:`_roots`."""
+        return list(dict.fromkeys(p for root in cls._roots(data_dir) for p in (root / cls.info.name, root)))
 
     @classmethod
     def _check_md5(cls, archive: Path, name: str, md5: str) -> None:
@@ -274,14 +296,17 @@ class _Cifar(InMemoryDataset):
         name, layout, py = cls.info.name, cls._layout(), PYTHON_LAYOUTS[cls.info.name]
         names, py_names = layout.files[split], py.files[split]
         searched = cls._places(data_dir)
-        roots = set(search_roots(data_dir))
+        roots = set(cls._roots(data_dir))
         for d in searched:
             for lay, files, pickled in ((layout, names, False), (py, py_names, True)):
                 # the binary folder may also be the data folder itself (as torchvision keeps it)
                 extra = () if pickled or d in roots else (d,)
                 for folder in (d / lay.folder,) + extra:
                     if all((folder / n).is_file() for n in files):
-                        return _read_folder(folder, files), str(folder), pickled
+                        parts = _read_folder(folder, files)
+                        if pickled:
+                            _check_file_md5(parts, files, py.file_md5)
+                        return parts, str(folder), pickled
                 archive = d / lay.archive
                 if archive.is_file():
                     cls._check_md5(archive, lay.archive, lay.md5)

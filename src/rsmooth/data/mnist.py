@@ -6,9 +6,10 @@ Both datasets use the *same file names*, so each lives in its own folder,
 ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte`` and ``t10k-labels-idx1-ubyte``,
 each gzipped (``.gz``) or not.
 
-Search order: ``<data_dir>/<name>/``, ``<$RSMOOTH_DATA>/<name>/``, for Fashion-MNIST
-Debian's ``/usr/share/datasets/fashion-mnist/`` (package ``dataset-fashion-mnist``),
-then the download cache; if the files are still missing they are downloaded from the
+Search order: ``<data_dir>/<name>/`` and torchvision's ``<data_dir>/MNIST/raw/``
+(``FashionMNIST/raw/``), the same in ``$RSMOOTH_DATA``, for Fashion-MNIST Debian's
+``/usr/share/datasets/fashion-mnist/`` (package ``dataset-fashion-mnist``), then the same two
+in the download cache; if the files are still missing they are downloaded from the
 official mirrors, verifying the published MD5 of each ``.gz`` file.
 
 Local files are checked against the MD5 of the *decompressed* official files (Debian
@@ -31,7 +32,7 @@ from .base import DATASETS, DataIntegrityWarning, DatasetInfo, InMemoryDataset, 
 from .download import download_file
 from .idx import parse_idx, read_idx_bytes
 
-__all__ = ["MNIST", "FashionMNIST", "IdxFile", "FILES", "MIRRORS", "SYSTEM_DIRS", "SPLIT_FILES"]
+__all__ = ["MNIST", "FashionMNIST", "IdxFile", "FILES", "MIRRORS", "SYSTEM_DIRS", "SPLIT_FILES", "TORCHVISION_DIRS"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,10 @@ SYSTEM_DIRS: Dict[str, List[Path]] = {
 }
 
 
+#: Where torchvision's ``MNIST(root)`` / ``FashionMNIST(root)`` keep the IDX files, under each data root.
+TORCHVISION_DIRS: Dict[str, str] = {"mnist": "MNIST/raw", "fashion-mnist": "FashionMNIST/raw"}
+
+
 def _find(folder: Path, base: str) -> Optional[Path]:
     for candidate in (folder / base, folder / f"{base}.gz"):
         if candidate.is_file():
@@ -105,7 +110,7 @@ class _MnistFamily(InMemoryDataset):
     def _locate(cls, split: str, data_dir: Optional[PathLike], download: bool) -> Path:
         name = cls.info.name
         wanted = SPLIT_FILES[split]
-        searched = dataset_dirs(name, data_dir, SYSTEM_DIRS.get(name, []))
+        searched = dataset_dirs(name, data_dir, SYSTEM_DIRS.get(name, []), aliases=(TORCHVISION_DIRS[name],))
         for folder in searched:
             if all(_find(folder, base) is not None for base in wanted):
                 return folder

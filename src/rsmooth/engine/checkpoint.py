@@ -18,7 +18,7 @@ import subprocess
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -198,20 +198,22 @@ def versions() -> Dict[str, str]:
 _REQUIRED = {"arch": str, "dataset": str, "num_classes": int, "state_dict": Mapping}
 
 
-def _load_weights(path: Path, model: nn.Module, obj: Any, dataset: str, **kw: Any) -> None:
+def _load_weights(path: Path, model: nn.Module, obj: Any, dataset: str, hint: str = "", **kw: Any) -> None:
     from ..models import load_weights
 
     try:
         load_weights(model, obj, dataset, **kw)
     except RsmoothError as e:
-        raise RsmoothError(f"checkpoint {path}: {e}") from None
+        raise RsmoothError(f"checkpoint {path}: {e}{hint}") from None
 
 
-def _load_denoised(p: Path, ckpt: Dict[str, Any], dataset: Optional[str], trust_pickle: bool) -> "LoadedModel":
+def _load_denoised(p: Path, ckpt: Dict[str, Any], dataset: Optional[str], trust_pickle: bool,
+                   named: bool = False) -> "LoadedModel":
     """A denoiser run (denoised smoothing): its D in front of the classifier f it records, which
-    must be the very file D was trained with (same sha256)."""
+    must be the very file D was trained with (same sha256).  ``named``: the caller passed D's arch."""
     from ..methods.denoise import DenoisedClassifier
     from ..models.dncnn import create_denoiser
+    from ..models.factory import _import_factory
 
     ref = ckpt["classifier"]
     f_path = Path(str(ref.get("path")))
@@ -223,6 +225,11 @@ def _load_denoised(p: Path, ckpt: Dict[str, Any], dataset: Optional[str], trust_
                            f"(sha256 differs); restore that classifier or train the denoiser again")
     f = load_model(f_path, dataset=dataset, trust_pickle=trust_pickle)
     config = ckpt.get("config") if isinstance(ckpt.get("config"), Mapping) else {}
+    if ":" in ckpt["arch"]:  # a recorded module: on sys.path only, unless the caller named it
+        try:
+            _import_factory(ckpt["arch"], search_cwd=named)
+        except RsmoothError as e:
+            raise RsmoothError(f"checkpoint {p}: {e}") from e.__cause__
     denoiser = create_denoiser(ckpt["arch"], int(ckpt["input_shape"][0]), kwargs=config.get("arch_kwargs"))
     denoiser.load_state_dict(ckpt["state_dict"])  # rsmooth's own, its digest checked on reading
     return LoadedModel(DenoisedClassifier(denoiser, f.model), f"{ckpt['arch']}+{f.arch}", f.dataset,
@@ -244,18 +251,47 @@ class LoadedModel:
     meta: Dict[str, Any] = field(default_factory=dict)
 
 
-def _build(path: Path, arch: str, dataset: str, weights: Any, options: Dict[str, Any]) -> nn.Module:
-    """``create_model(arch, dataset, **options)`` with ``weights`` loaded; errors name ``path``."""
+def _build(path: Path, arch: str, dataset: str, weights: Any, options: Dict[str, Any], *,
+           named: bool = True, hint: str = "") -> nn.Module:
+    """``create_model(arch, dataset, **options)`` with ``weights`` loaded; errors name ``path``.
+
+    ``named``: the caller named ``arch`` (else it was read from the file, and its module is looked
+    for on ``sys.path`` only); ``hint`` ends an error about the weights not fitting."""
     from ..models import create_model, resolve_arch
 
     try:
+        custom = options.get("mean") is not None or resolve_arch(arch, search_cwd=named).factory is not None
         model = create_model(arch, dataset, **options)
-        custom = options.get("mean") is not None or resolve_arch(arch).factory is not None
     except RsmoothError as e:
         raise RsmoothError(f"checkpoint {path}: {e}") from e.__cause__
-    _load_weights(path, model, weights, dataset,
+    _load_weights(path, model, weights, dataset, hint,
                   normalization=(options.get("mean"), options.get("std")) if custom else None)
     return model
+
+
+def _file_arch(p: Path, recorded: Any, arch: Optional[str], dataset: str) -> Tuple[str, str]:
+    """(the architecture to build a non-rsmooth checkpoint with, a hint for when its weights do not
+    fit): the caller's ``arch``; else the one the file records, when it is a public codebase's name,
+    registered, or an installed entry point (a ``module:factory`` it names is refused: a file never
+    makes rsmooth import code); else the dataset's default."""
+    from ..models import MODELS, arch_names, default_arch
+
+    if arch is not None:
+        return arch, ""
+    if not isinstance(recorded, str) or not recorded:
+        name = default_arch(dataset)
+        return name, f"; the file records no architecture, so {name} (the default for {dataset}) was tried: pass --arch"
+    if recorded in PUBLIC_ARCHS:
+        return PUBLIC_ARCHS[recorded], ""
+    if ":" in recorded:
+        raise RsmoothError(f"checkpoint {p} names its architecture {recorded}, code that rsmooth does not import "
+                           f"because a file names it; if you trust that module, pass --arch {recorded} "
+                           f"(with --arch-kwargs if it takes arguments)")
+    if recorded in MODELS or recorded in arch_names():
+        return recorded, ""
+    name = default_arch(dataset)
+    return name, (f"; {recorded!r} is not built in or installed, so {name} (the default for {dataset}) "
+                  f"was tried: pass --arch")
 
 
 def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Optional[str] = None, *,
@@ -264,16 +300,19 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
                trust_pickle: bool = False) -> LoadedModel:
     """Rebuild the model of an rsmooth or public checkpoint (Cohen/Salman/Jeong/MACER codebases).
 
-    rsmooth checkpoints carry arch (a ``package.module:factory`` too, imported here: loading
-    someone else's run folder runs the module it names), its keyword arguments, normalisation,
+    rsmooth checkpoints carry arch (a ``package.module:factory`` too, imported here from ``sys.path``,
+    and from the current folder only when ``arch`` names it too: loading someone else's run folder
+    runs the module it names), its keyword arguments, normalisation,
     dataset and sigma; ``dataset``, ``arch`` and the rest given here must agree with them (a
     model trained on one dataset cannot certify another).  Public checkpoints and
     ``.safetensors`` files need ``dataset`` unless they record it (their normalisation
     statistics are not stored) and, for an architecture that is not built in, ``arch`` with its
-    ``arch_kwargs``, ``mean``/``std`` and ``num_classes`` as in :func:`rsmooth.models.create_model`.
+    ``arch_kwargs``, ``mean``/``std`` and ``num_classes`` as in :func:`rsmooth.models.create_model`;
+    the arch such a file records is used when it is built in or installed, and a ``module:factory``
+    it records is refused unless ``arch`` names it (a file never makes rsmooth import code).
     ``trust_pickle``: see :func:`read_checkpoint`.
     """
-    from ..models import MODEL_OPTIONS, MODELS, arch_ref, default_arch
+    from ..models import MODEL_OPTIONS, arch_ref
 
     ckpt = read_checkpoint(path, trust_pickle=trust_pickle)
     p = resolve_checkpoint_path(path)
@@ -286,7 +325,7 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
                                f"(it has keys {', '.join(map(repr, sorted(ckpt)[:10]))}); it was edited or "
                                f"damaged: restore it from a copy or retrain")
         if isinstance(ckpt.get("classifier"), Mapping):
-            return _load_denoised(p, ckpt, dataset, trust_pickle)
+            return _load_denoised(p, ckpt, dataset, trust_pickle, named=arch is not None and arch == ckpt["arch"])
         ck_arch, ck_data = ckpt["arch"], ckpt["dataset"]
         if arch is not None and ck_arch not in (arch, arch_ref(arch)):
             raise RsmoothError(f"checkpoint {p} holds a {ck_arch} model, not {arch}; "
@@ -309,7 +348,7 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
                                    f"({info_ck[0]} classes, input {tuple(info_ck[1] or ())}), which does not "
                                    f"match {dataset} ({info.num_classes} classes, input {info.input_shape})")
         data_name = dataset or ck_data
-        model = _build(p, ck_arch, ck_data, ckpt["state_dict"], options)
+        model = _build(p, ck_arch, ck_data, ckpt["state_dict"], options, named=arch is not None)
         return LoadedModel(model, ck_arch, data_name, int(ckpt["num_classes"]), ckpt.get("sigma"), p,
                            {k: ckpt.get(k) for k in ("epoch", "method", "seed", "config", "rsmooth_version")})
     # a public codebase's checkpoint, one saved by any script, or a .safetensors file (whose
@@ -321,9 +360,7 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
                            f"normalisation and class count are known")
     from ..data import dataset_info
 
-    ck_arch = str(ckpt.get("arch"))
-    name = (arch or PUBLIC_ARCHS.get(ck_arch) or (ck_arch if ck_arch in MODELS else None)
-            or default_arch(dataset))
-    model = _build(p, name, dataset, ckpt, given)
+    name, hint = _file_arch(p, ckpt.get("arch"), arch, dataset)
+    model = _build(p, name, dataset, ckpt, given, hint=hint)
     return LoadedModel(model, name, dataset, num_classes or dataset_info(dataset).num_classes, None, p,
                        {"epoch": ckpt.get("epoch"), "public_arch": ckpt.get("arch")})

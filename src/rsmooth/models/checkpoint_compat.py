@@ -80,24 +80,35 @@ def canonical_state_dict(obj: Any, indexed: Optional[bool] = None) -> Dict[str, 
     torch.compile prefixes, prefixes bare net keys with ``1.``, and renames normalisation
     buffers to ``0.mean`` / ``0.std`` of shape [1, C, 1, 1].
     """
+    return _canonical(obj, indexed)[0]
+
+
+def _canonical(obj: Any, indexed: Optional[bool]) -> Tuple[Dict[str, torch.Tensor], Dict[str, str], bool]:
+    """(:func:`canonical_state_dict`, canonical key -> the file's own key, whether the file's
+    keys were read as ``Sequential(Normalize, net)``'s, ``0.xxx`` / ``1.xxx``)."""
     state, _ = _unwrap(obj)
+    original: Dict[str, str] = {}
     stripped: Dict[str, torch.Tensor] = {}
     for key, value in state.items():
         new = strip_wrapper_prefixes(key)
         check(new not in stripped, f"checkpoint has two entries for {new!r} after removing "
                                    f"wrapper prefixes (e.g. {key!r})")
         stripped[new] = value
+        original[new] = key
     if indexed is None:  # keys 0.xxx / 1.xxx: a Sequential(Normalize, net) (bare keys get "1.")
         indexed = any(k.split(".", 1)[0] in ("0", "1") for k in stripped)
     out: Dict[str, torch.Tensor] = {}
+    names: Dict[str, str] = {}
     for key, value in stripped.items():
+        source = original[key]
         if not indexed:
             key = "1." + key
         head, _, rest = key.partition(".")
         if head == "0" and rest in _NORM_ALIASES:
             key, value = "0." + _NORM_ALIASES[rest], value.reshape(1, -1, 1, 1)
         out[key] = value
-    return out
+        names[key] = source
+    return out, names, bool(indexed)
 
 
 def _fmt(keys: List[str], limit: int = 3) -> str:
@@ -129,12 +140,12 @@ def load_weights(model: nn.Module, obj: Any, dataset: str, *,
     stats = dataset_stats(dataset)
     arch = getattr(model, "arch", type(model).__name__)
     _, ckpt_arch = _unwrap(obj)
-    state = canonical_state_dict(obj)
+    state, names, indexed = _canonical(obj, None)
     target = model.state_dict()
     net_keys = {k for k in target if not k.startswith("0.")}
     if not net_keys <= set(state):  # the bare keys of a net that is itself a Sequential (0.weight, ...)
-        bare = canonical_state_dict(obj, indexed=False)
-        state = bare if net_keys <= set(bare) else state
+        bare = _canonical(obj, indexed=False)
+        state, names, indexed = bare if net_keys <= set(bare[0]) else (state, names, indexed)
 
     norm = model[0] if isinstance(model, nn.Sequential) and len(model) == 2 else None
     check(isinstance(norm, Normalize), "load_weights expects a model from create_model(arch, "
@@ -167,9 +178,11 @@ def load_weights(model: nn.Module, obj: Any, dataset: str, *,
     target = {k: v for k, v in target.items() if not k.startswith("0.")}
     state = {k: v for k, v in state.items() if not k.startswith("0.")}
 
-    missing = [k for k in target if k not in state and not k.endswith("num_batches_tracked")]
-    unexpected = [k for k in state if k not in target]
-    shapes = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(target[k].shape)}"
+    # keys named as the file names them: its own, or the model's in the file's convention (a file
+    # of bare net keys never sees the "1." that rsmooth's Sequential(Normalize, net) adds)
+    missing = [k if indexed else k[2:] for k in target if k not in state and not k.endswith("num_batches_tracked")]
+    unexpected = [names[k] for k in state if k not in target]
+    shapes = [f"{names[k]}: checkpoint {tuple(state[k].shape)} vs model {tuple(target[k].shape)}"
               for k in target if k in state and state[k].shape != target[k].shape]
     if missing or unexpected or shapes:
         problems = []

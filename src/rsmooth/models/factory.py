@@ -9,11 +9,12 @@ An architecture is named in one of three ways: a name in ``MODELS`` (built in, o
 ``register_model``), ``package.module:factory`` (any importable callable returning an
 ``nn.Module``; importing it runs that module's code), or the name of an entry point in the group
 ``rsmooth.models`` of an installed package (loaded when the name is not in ``MODELS``).  Such a
-factory's net gets [0, 1] pixels unless ``mean``/``std`` are given.
+factory's net gets [0, 1] pixels unless ``mean``/``std`` are given.  A module named by the caller
+is looked for on ``sys.path``, then in the current folder; one recorded in a checkpoint on
+``sys.path`` only (:mod:`rsmooth.imports`).
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from ..errors import RsmoothError, check, first_line
+from ..imports import cwd_hint, import_module
 from ..registry import Registry
 from .normalize import Normalize
 
@@ -132,15 +134,21 @@ ENTRY_POINT_GROUP = "rsmooth.models"
 MODEL_OPTIONS = ("num_classes", "arch_kwargs", "mean", "std", "input_size")
 
 
-def _import_factory(ref: str) -> Callable[..., Any]:
-    """The callable named by ``package.module:attr`` (attr may be dotted); one-line errors."""
+def _import_factory(ref: str, search_cwd: bool = True) -> Callable[..., Any]:
+    """The callable named by ``package.module:attr`` (attr may be dotted); one-line errors.
+
+    ``search_cwd``: the caller named it (not a file), so the current folder is searched after
+    ``sys.path`` (see :func:`rsmooth.imports.import_module`)."""
     module, _, attr = ref.partition(":")
     check(bool(module and attr), f"--arch {ref!r} is not of the form package.module:factory")
     try:
-        obj: Any = importlib.import_module(module)
+        obj: Any = import_module(module, search_cwd=search_cwd)
     except Exception as e:  # the user's module may raise anything while it is imported
+        hint = ""
+        if isinstance(e, ModuleNotFoundError) and e.name == module.partition(".")[0]:  # not one it imports
+            hint = " or run rsmooth in its folder" if search_cwd else cwd_hint(module, ref)
         raise RsmoothError(f"--arch {ref}: cannot import module {module!r} ({first_line(e)}); "
-                           f"install its package or put its folder on PYTHONPATH") from e
+                           f"install its package or put its folder on PYTHONPATH{hint}") from e
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise RsmoothError(f"--arch {ref}: module {module!r} has no attribute {attr!r}")
@@ -155,7 +163,7 @@ def _importable_ref(factory: Callable[..., Any]) -> Optional[str]:
     if not module or module == "__main__" or "<" in qualname:
         return None
     try:
-        return f"{module}:{qualname}" if _import_factory(f"{module}:{qualname}") is factory else None
+        return f"{module}:{qualname}" if _import_factory(f"{module}:{qualname}", search_cwd=False) is factory else None
     except RsmoothError:
         return None
 
@@ -177,13 +185,16 @@ def _entry_point(name: str) -> Optional[ArchSpec]:
     return None
 
 
-def resolve_arch(arch: str) -> ArchSpec:
-    """The :class:`ArchSpec` of a registered name, a ``module:factory`` or an entry point."""
+def resolve_arch(arch: str, *, search_cwd: bool = True) -> ArchSpec:
+    """The :class:`ArchSpec` of a registered name, a ``module:factory`` or an entry point.
+
+    ``search_cwd=False`` for an arch read from a file: its module is looked for on ``sys.path``
+    only, never in the current folder."""
     check(isinstance(arch, str) and bool(arch), f"arch must be a non-empty string, got {arch!r}")
     if arch in MODELS:
         return MODELS.get(arch)
     if ":" in arch:
-        return ArchSpec(arch, None, None, factory=_import_factory(arch), ref=arch)
+        return ArchSpec(arch, None, None, factory=_import_factory(arch, search_cwd), ref=arch)
     spec = _entry_point(arch)
     if spec is None:
         raise RsmoothError(
