@@ -80,6 +80,16 @@ def test_show_preset_file_round_trips_through_train_config(tmp_path, capsys, fmt
         assert text.startswith(f"# preset {name}: Jeong et al.") and "\nhparams:\n  sigma: 0.5\n" in text
 
 
+def test_a_preset_of_every_method_round_trips_through_yaml(tmp_path):
+    from rsmooth.engine.runconfig import dump_config
+
+    path = tmp_path / "p.yaml"
+    for name in {get_preset(n).method: n for n in PRESETS.names()}.values():
+        preset = full(TrainConfig(**get_preset(name).train_config()))
+        path.write_text(dump_config(preset.to_dict(), "yaml"))
+        assert TrainConfig.from_file(path) == preset, name
+
+
 def test_config_file_overrides_preset_and_flags_override_both(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("epochs: 5\nweight_decay: 5e-4\ncompile: true\nhparams:\n  eta: 3\n")  # 5e-4: a number
@@ -180,7 +190,7 @@ def test_check_resume_names_every_difference_as_flags(tmp_path):
     with pytest.raises(RsmoothError) as e:
         _check_resume(saved, full(TrainConfig(dataset="digits", lr=0.1, hparams={"sigma": 0.5})), tmp_path)
     assert str(e.value).startswith(f"cannot resume {tmp_path}: it was trained with --sigma 0.25 --lr 0.05 "
-                                   f"--train-subset 600, not --sigma 0.5 --lr 0.1 no --train-subset; keep the recorded")
+                                   f"--train-subset 600, not --sigma 0.5 --lr 0.1 no --train-subset; continue with the recorded")
 
 
 def test_resume_continues_a_run_from_its_folder_alone(tmp_path, capsys):
@@ -203,3 +213,14 @@ def test_resume_continues_a_run_from_its_folder_alone(tmp_path, capsys):
     assert train(None, out, resume=True, **QUIET).history == ck["history"]  # done: nothing to train
     code, _, err = run(capsys, "train", "--out", out, "--resume", "--lr", "0.05")
     assert code == 2 and "trained with --lr 0.02; you passed --lr 0.05" in err
+
+
+def test_cli_resume_on_an_empty_folder_says_it_starts(tmp_path, capsys, monkeypatch):
+    import rsmooth.engine
+
+    got = []
+    monkeypatch.setattr(rsmooth.engine, "train", lambda c, out, resume: got.append((c, resume)) or
+                        type("R", (), {"checkpoint": "x"})())
+    assert main(["train", "--out", str(tmp_path / "new"), "--resume", "--epochs", "2"]) == 0
+    assert f"{tmp_path / 'new'} holds no run yet: starting it" in capsys.readouterr().out
+    assert got == [(TrainConfig(epochs=2), True)]

@@ -682,7 +682,6 @@ def train_config_from_args(args: argparse.Namespace):
 def cmd_train(args: argparse.Namespace) -> None:
     from .engine import train
     from .engine.distributed import world
-
     from .engine.runconfig import recorded_file
 
     if args.resume and world().main and recorded_file(args.out) is None:
@@ -903,11 +902,9 @@ def _corruption_listing() -> str:
 
 def _as_flag(flag: str, value: Any) -> str:
     """``value`` as the command-line flag that sets it."""
-    if isinstance(value, bool):
-        return flag if value else "--no-" + flag[2:]
-    if isinstance(value, (list, tuple)):
-        return " ".join([flag, *map(str, value)])
-    return f"{flag} {value}"
+    from .engine.runconfig import flag_text
+
+    return flag_text(flag, value)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> None:

@@ -311,8 +311,8 @@ def _check_resume(saved: Dict[str, Any], c: TrainConfig, path: Path) -> None:
     bad = conflicts(saved, c, _FIXED_ON_RESUME)  # a field newer than the checkpoint had its default
     if bad:
         raise RsmoothError(f"cannot resume {path}: it was trained with {' '.join(old for old, _ in bad)}, "
-                           f"not {' '.join(new for _, new in bad)}; keep the recorded settings "
-                           f"(TrainConfig.from_run; on the command line, give none) or use a new --out")
+                           f"not {' '.join(new for _, new in bad)}; continue with the recorded settings "
+                           f"(train(None, out, resume=True) or TrainConfig.from_run(out, ...)) or use a new --out")
 
 
 def _exclusive(fn: Callable[..., "TrainResult"]) -> Callable[..., "TrainResult"]:
