@@ -42,9 +42,9 @@ def test_mode_resumes_bit_identically_and_is_recorded(tmp_path, check_resume, mo
 
 def test_changing_a_mode_on_resume_is_refused(tmp_path):
     train(_config(epochs=1, channels_last=True), tmp_path, **QUIET)
-    with pytest.raises(RsmoothError, match=r"cannot resume .* channels_last=True, now False; use the same"):
+    with pytest.raises(RsmoothError, match=r"cannot resume .*: it was trained with --channels-last, not --no-channels-last; continue with the recorded"):
         train(_config(), tmp_path, resume=True, **QUIET)
-    with pytest.raises(RsmoothError, match=r"cannot resume .* precision='fp32', now 'bf16'"):
+    with pytest.raises(RsmoothError, match=r"cannot resume .* trained with --precision fp32, not --precision bf16;"):
         train(_config(channels_last=True, precision="bf16"), tmp_path, resume=True, **QUIET)
 
 

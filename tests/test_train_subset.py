@@ -56,7 +56,7 @@ def test_train_and_targets_on_a_subset(tmp_path):
     cat = TrainConfig(dataset="digits", method="catrs", epochs=1, train_subset=300, targets=str(t),
                       hparams={"sigma": 0.25, "num_noise": 2, "num_steps": 1})
     train(cat, tmp_path / "c", **QUIET)
-    with pytest.raises(RsmoothError, match="train_subset"):  # resuming with another subset is refused
+    with pytest.raises(RsmoothError, match="--train-subset 300"):  # resuming with another subset is refused
         train(TrainConfig(dataset="digits", epochs=2, train_subset=200, hparams={"sigma": 0.25}), out,
               resume=True, **QUIET)
 

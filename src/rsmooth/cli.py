@@ -351,6 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "OUT/train.log. " + UNITS)
     t.add_argument("--preset", help="start from a paper's settings, e.g. fashion-mnist/gaussian/0.25 "
                    "('rsmooth list' shows them); flags given here override it")
+    t.add_argument("--config", metavar="FILE", help="JSON or YAML file of settings (TrainConfig fields, "
+                   "method hyperparameters under hparams), e.g. a run's config.json or 'rsmooth show-preset "
+                   "NAME --format yaml'; it overrides --preset, flags given here override it")
     t.add_argument("--dataset", choices=trainable,
                    help=f"training data (default: {DEFAULT_DATASET}, built in, no download)")
     t.add_argument("--method", choices=METHODS.names(), help="training method (default: gaussian)")
@@ -387,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "(e.g. of --method standard); the run records its path and sha256")
     den.add_argument("--init", help="start D from this denoiser run's weights (the paper's Stab+MSE: "
                      "denoise-stab from a denoise-mse run)")
-    t.add_argument("--workers", type=int, default=0,
+    t.add_argument("--workers", type=int,
                    help="data-loading worker processes (default: 0); on CUDA they prefetch into pinned "
                    "memory. Batches are the same with any number (each is seeded by seed, epoch, step)")
     fast = t.add_argument_group("fast modes (opt-in; recorded in config.json and the checkpoint; "
@@ -396,9 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="autocast of each step's forward passes, attacks and loss: bf16 (fast on recent "
                       "GPUs and CPUs with AMX, emulated and slow on others), fp16 (CUDA only, with a "
                       "gradient scaler); default: fp32")
-    fast.add_argument("--channels-last", action="store_true", default=None,
+    fast.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
                       help="model and batches in channels-last memory format (faster convolutions on CPU and GPU)")
-    fast.add_argument("--compile", action="store_true", default=None,
+    fast.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                       help="train through torch.compile(model): slow first steps, then faster on larger "
                       "models; the checkpoint keeps the plain model's weights")
     dist = t.add_argument_group(
@@ -406,14 +409,15 @@ def build_parser() -> argparse.ArgumentParser:
         "NCCL on CUDA, gloo on CPU)", "--batch-size stays the whole loader batch: each optimiser step's "
         "chunk is split across the W processes and every example keeps the noise it gets in one process, "
         "so the run takes the steps of a one-process run (batch norm aside); only rank 0 writes and logs")
-    dist.add_argument("--sync-bn", action="store_true", default=None,
+    dist.add_argument("--sync-bn", action=argparse.BooleanOptionalAction, default=None,
                       help="SyncBatchNorm across the processes (CUDA only); default: per-rank batch-norm "
                       "statistics, as the papers' DataParallel runs had")
     _add_arch_flags(t, train=True)
     t.add_argument("--out", required=True, help="output folder")
     t.add_argument("--resume", action="store_true",
-                   help="continue the run in --out after a stop or kill, with any number of processes "
-                   "(--epochs may grow, not shrink)")
+                   help="continue the run in --out after a stop or kill, with any number of processes, and "
+                   "with the settings it recorded: flags given must agree with them, except --epochs (may "
+                   "grow, not shrink), --device, --workers, --data-dir; an --out with no run starts one")
     _add_common_data(t)
     _add_method_flags(t)
     _add_foreign_flags(t)
@@ -631,7 +635,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("show-preset", help="every setting of a paper preset",
                         description="Dataset, method, sigma, every method hyperparameter (with its "
                         "flag), the training schedule, the paper table it reproduces and its note.")
-    sp.add_argument("name", help="a preset name, e.g. fashion-mnist/catrs/0.50 ('rsmooth list presets')")
+    sp.add_argument("name", help="a preset name, e.g. fashion-mnist/catrs/0.50 or fashion-mnist/catrs/0.5 "
+                    "('rsmooth list presets')")
+    sp.add_argument("--format", choices=["text", "yaml", "json"], default="text",
+                    help="text (default): settings as flags, with the source; yaml or json: every setting "
+                    "as a file for 'rsmooth train --config FILE'")
     sp.set_defaults(func=cmd_show_preset)
     return parser
 
@@ -643,29 +651,41 @@ _TRAIN_FIELDS = ("dataset", *_ARCH_FIELDS, "method", "epochs", "batch_size", "lr
 
 
 def train_config_from_args(args: argparse.Namespace):
-    """Preset (if any) < flags given on the command line; unset fields keep their defaults."""
+    """The fields given: --preset < --config FILE < flags (hyperparameters merged one by one).
+    With --resume on a run folder: its recorded config with those fields, which must agree with
+    it (TrainConfig.from_run); else a new config whose unset fields keep their defaults."""
     from .engine import TrainConfig
+    from .engine.runconfig import config_fields, read_config_file, recorded_fields, recorded_file
     from .presets import get_preset
 
+    preset = get_preset(args.preset) if args.preset else None
+    layers = [preset.train_config()] if preset else []
+    if args.config:
+        layers.append(config_fields(read_config_file(args.config), TrainConfig, args.config))
+    layers.append({k: getattr(args, k) for k in _TRAIN_FIELDS if getattr(args, k) is not None})
+    if args.workers is not None:
+        layers[-1]["num_workers"] = args.workers
     fields: Dict[str, Any] = {"hparams": {}}
-    if args.preset:
-        preset = get_preset(args.preset)
-        if args.method and args.method != preset.method:
-            raise RsmoothError(f"--method {args.method} conflicts with preset {preset.name}; "
-                               f"drop one of them")
-        fields = preset.train_config()
-    fields.update({k: getattr(args, k) for k in _TRAIN_FIELDS if getattr(args, k) is not None})
-    hparams = dict(fields.pop("hparams"))
+    for layer in layers:
+        fields.update({k: v for k, v in layer.items() if k != "hparams"})
+        fields["hparams"] = {**fields["hparams"], **(layer.get("hparams") or {})}
+    if preset and fields["method"] != preset.method:
+        raise RsmoothError(f"--method {fields['method']} conflicts with preset {preset.name}; drop one of them")
+    run = args.resume and recorded_file(args.out) is not None
+    method = fields.get("method") or (recorded_fields(args.out, TrainConfig)["method"] if run else TrainConfig.method)
     if args.sigma is not None:
-        hparams["sigma"] = args.sigma
-    hparams.update(_method_args(args, fields.get("method", TrainConfig.method)))
-    return TrainConfig(**fields, hparams=hparams, num_workers=args.workers)
+        fields["hparams"]["sigma"] = args.sigma
+    fields["hparams"].update(_method_args(args, method))
+    return TrainConfig.from_run(args.out, **fields) if run else TrainConfig(**fields)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
     from .engine import train
     from .engine.distributed import world
+    from .engine.runconfig import recorded_file
 
+    if args.resume and world().main and recorded_file(args.out) is None:
+        print(f"{args.out} holds no run yet: starting it")
     result = train(train_config_from_args(args), args.out, resume=args.resume)
     if world().main:
         print(f"checkpoint: {result.checkpoint}")
@@ -882,11 +902,9 @@ def _corruption_listing() -> str:
 
 def _as_flag(flag: str, value: Any) -> str:
     """``value`` as the command-line flag that sets it."""
-    if isinstance(value, bool):
-        return flag if value else "--no-" + flag[2:]
-    if isinstance(value, (list, tuple)):
-        return " ".join([flag, *map(str, value)])
-    return f"{flag} {value}"
+    from .engine.runconfig import flag_text
+
+    return flag_text(flag, value)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> None:
@@ -912,6 +930,14 @@ def cmd_show_preset(args: argparse.Namespace) -> None:
     kw = preset.train_config()
     method = create_method(preset.method, **kw["hparams"])
     config = TrainConfig(**kw).resolved()
+    if args.format != "text":
+        from .engine.runconfig import dump_config
+
+        config.hparams = method.hparams()
+        print(dump_config(config.to_dict(), args.format, (
+            f"preset {preset.name}: {preset.source}",
+            "rsmooth train --config FILE --out DIR  (flags given there override the file)")), end="")
+        return
     flags = {f.name: flag for flag, uses in _method_fields().items() for m, f in uses if m == preset.method}
     print(f"preset   {preset.name}\ndataset  {preset.dataset}\nmethod   {preset.method}\n"
           f"sigma    {preset.sigma:g}")

@@ -18,3 +18,11 @@ def check(condition: bool, message: str) -> None:
 def first_line(e: BaseException, limit: int = 160) -> str:
     """The first non-blank line of an exception's message (its type name if none), shortened."""
     return next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)[:limit]
+
+
+def did_you_mean(name: str, choices, n: int = 3) -> str:
+    """``" (did you mean 'a' or 'b'?)"`` for the ``choices`` closest to ``name`` (difflib), else ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(choices), n=n, cutoff=0.6)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
+from .errors import RsmoothError, did_you_mean
 from .registry import Registry
 
 PRESETS: Registry = Registry("preset")
@@ -46,9 +47,30 @@ def add_preset(preset: Preset) -> Preset:
     return preset
 
 
+def preset_name(name: str) -> str:
+    """``name`` in the registry's spelling: lower case, sigma with two decimals
+    (``Fashion-MNIST/catrs/0.5`` -> ``fashion-mnist/catrs/0.50``); other names unchanged."""
+    parts = name.strip().lower().split("/")
+    if len(parts) == 3:
+        try:
+            parts[2] = f"{float(parts[2]):.2f}"
+        except ValueError:
+            pass
+    return "/".join(parts)
+
+
 def get_preset(name: str) -> Preset:
-    """The preset called ``name`` (e.g. ``"mnist/gaussian/0.25"``); unknown names list what exists."""
-    return PRESETS.get(name)
+    """The preset called ``name`` (e.g. ``"mnist/gaussian/0.25"``, or ``0.5`` for ``0.50``); an
+    unknown name is an error naming the closest presets (the sigmas of the same dataset and method
+    when it has presets)."""
+    key = preset_name(name)
+    if key in PRESETS:
+        return PRESETS.get(key)
+    prefix = key.rsplit("/", 1)[0] + "/"
+    same = [n for n in PRESETS.names() if n.startswith(prefix)] if key.count("/") == 2 else []
+    hint = (f" ({prefix[:-1]} has sigma {', '.join(n.rsplit('/', 1)[1] for n in same)})" if same
+            else did_you_mean(key, PRESETS.names()))
+    raise RsmoothError(f"unknown preset {name!r}{hint}; 'rsmooth list presets' lists all {len(PRESETS)}")
 
 
 def preset_config(dataset: str, method: str, sigma: float) -> Tuple[Optional[str], Dict[str, Any]]:
@@ -56,7 +78,7 @@ def preset_config(dataset: str, method: str, sigma: float) -> Tuple[Optional[str
     dataset's defaults) when no paper preset exists (e.g. the built-in digits)."""
     name = f"{dataset}/{method}/{sigma:.2f}"
     if name in PRESETS:
-        return name, PRESETS.get(name).train_config()
+        return name, get_preset(name).train_config()
     return None, {"dataset": dataset, "method": method, "hparams": {"sigma": sigma}}
 
 

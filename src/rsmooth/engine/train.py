@@ -32,7 +32,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -157,6 +157,32 @@ class TrainConfig:
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_file(cls, path: Union[str, Path]) -> "TrainConfig":
+        """The config in a JSON or YAML file of these fields (``hparams``: the method's
+        hyperparameters), such as a run's ``config.json`` or ``rsmooth show-preset NAME --format
+        yaml``; unknown keys and wrong types are errors."""
+        from .runconfig import config_fields, read_config_file
+
+        return cls(**config_fields(read_config_file(path), cls, str(path)))
+
+    @classmethod
+    def from_run(cls, out: Union[str, Path], **overrides: Any) -> "TrainConfig":
+        """The config recorded in run folder ``out`` (its config.json's, else its checkpoint's), with
+        ``overrides`` (fields; ``hparams`` merged per hyperparameter).  Overrides may change what
+        may change on resume (``epochs`` to extend, ``device``, ``num_workers``, ``data_dir``, ...);
+        the others must equal the recorded values: all differences are refused in one error."""
+        from .runconfig import config_fields, conflicts, merge, recorded_fields
+
+        recorded = recorded_fields(out, cls)
+        merged = cls(**merge(recorded, config_fields(overrides, cls, "overrides")))
+        bad = conflicts(recorded, merged.resolved(), _FIXED_ON_RESUME)
+        if bad:
+            raise RsmoothError(f"{out} was trained with {' '.join(old for old, _ in bad)}; you passed "
+                               f"{' '.join(new for _, new in bad)}: drop {'them' if len(bad) > 1 else 'it'} "
+                               f"to continue the run with its recorded settings, or use a new --out")
+        return merged
+
     def model_options(self) -> Dict[str, Any]:
         """The keyword arguments of ``create_model(arch, dataset, ...)`` that build this run's model."""
         from ..models import MODEL_OPTIONS
@@ -280,11 +306,13 @@ def _fast_modes(model: nn.Module, c: TrainConfig, device: torch.device, w: World
 
 
 def _check_resume(saved: Dict[str, Any], c: TrainConfig, path: Path) -> None:
-    for key in _FIXED_ON_RESUME:  # a field newer than the checkpoint had its default
-        old, new = saved.get(key, getattr(TrainConfig, key, None)), getattr(c, key)
-        if old != new:
-            raise RsmoothError(f"cannot resume {path}: it was trained with {key}={old!r}, now {new!r}; "
-                               f"use the same settings or a new --out")
+    from .runconfig import conflicts
+
+    bad = conflicts(saved, c, _FIXED_ON_RESUME)  # a field newer than the checkpoint had its default
+    if bad:
+        raise RsmoothError(f"cannot resume {path}: it was trained with {' '.join(old for old, _ in bad)}, "
+                           f"not {' '.join(new for _, new in bad)}; continue with the recorded settings "
+                           f"(train(None, out, resume=True) or TrainConfig.from_run(out, ...)) or use a new --out")
 
 
 def _exclusive(fn: Callable[..., "TrainResult"]) -> Callable[..., "TrainResult"]:
@@ -294,7 +322,7 @@ def _exclusive(fn: Callable[..., "TrainResult"]) -> Callable[..., "TrainResult"]
     settings) is removed."""
 
     @functools.wraps(fn)
-    def locked(config: TrainConfig, out: str, **kw: Any) -> "TrainResult":
+    def locked(config: Optional[TrainConfig], out: str, **kw: Any) -> "TrainResult":
         if not distributed.world().main:  # under torchrun rank 0 alone touches ``out``
             return fn(config, out, **kw)
         out_dir = check_output_dir(out)
@@ -313,7 +341,7 @@ def _exclusive(fn: Callable[..., "TrainResult"]) -> Callable[..., "TrainResult"]
 
 @_exclusive
 def train(
-    config: TrainConfig,
+    config: Optional[TrainConfig],
     out: str,
     *,
     resume: bool = False,
@@ -329,7 +357,8 @@ def train(
     so the run takes the steps one process takes; only rank 0 writes, logs and shows progress.
 
     Args:
-        config: the run's settings (unresolved fields get dataset defaults).
+        config: the run's settings (unresolved fields get dataset defaults); None with ``resume``:
+            those recorded in ``out`` (:meth:`TrainConfig.from_run`).
         out: output folder (checkpoint.pt, config.json, train.log).
         resume: continue from ``out/checkpoint.pt`` (with any number of processes); the result is
             bit-identical to an uninterrupted run.  Without it, an existing checkpoint is an error.
@@ -338,6 +367,9 @@ def train(
     """
     from ..data import get_dataset
 
+    if config is None:
+        check(resume, "train(None, out) continues the run recorded in out: pass resume=True, or a TrainConfig")
+        config = TrainConfig.from_run(out)
     c = config.resolved()
     method: Method = create_method(c.method, **c.hparams)
     c.hparams = method.hparams()
