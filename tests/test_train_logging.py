@@ -165,3 +165,22 @@ def test_tensorboard_without_the_package(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("rsmooth: error: --tensorboard needs the tensorboard package") and len(err.splitlines()) == 1
     assert not (tmp_path / "r").exists()
+
+
+def test_tensorboard_continues_a_stopped_run(tmp_path):
+    pytest.importorskip("tensorboard")
+    import os
+    import signal
+
+    class Stop:
+        def on_step(self, record):
+            if record["global_step"] == 6:
+                os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        train(_config(epochs=2, tensorboard=True), tmp_path / "r", callbacks=[Stop()], **QUIET)
+    result = train(_config(epochs=2, tensorboard=True), tmp_path / "r", resume=True, **QUIET)
+    scalars = _scalars(tmp_path / "r" / "tensorboard")
+    assert [s for s, _ in scalars["step/loss"]] == list(range(1, 9))
+    assert scalars["epoch/loss"] == [(1, pytest.approx(result.history[0]["loss"])),
+                                     (2, pytest.approx(result.history[1]["loss"]))]

@@ -4,7 +4,8 @@ MLflow, ...) without rsmooth depending on them.
 A callback is any object with some of these methods (each optional; only rank 0 calls them):
 
 - ``on_train_begin(info)``: ``{"config": dict, "out": str, "start_epoch": int, "world_size": int,
-  "steps_per_epoch": int}`` once the run (fresh or resumed) starts;
+  "steps_per_epoch": int, "global_step": optimiser steps already taken}`` once the run (fresh
+  or resumed) starts;
 - ``on_step(record)``: after each optimiser step, ``{"epoch": 1-based, "step": 1-based within the
   epoch, "global_step": over the run, "loss": float, "lr": float}``.  Defining it makes the loop
   read each step's loss (a device synchronisation per step);
@@ -65,10 +66,10 @@ class TensorBoardLogger:
         self._writer_cls, self.writer = SummaryWriter, None
 
     def on_train_begin(self, info: Dict[str, Any]) -> None:
-        # purge_step: a resumed run drops what the stopped one logged after its checkpoint
-        start = int(info.get("start_epoch", 0))
-        self.writer = self._writer_cls(str(self.log_dir), purge_step=start * int(info.get("steps_per_epoch", 0)) or None)
-        if not start:
+        # purge_step: a resumed run hides the steps the stopped one logged after its checkpoint
+        done = int(info.get("global_step", 0))
+        self.writer = self._writer_cls(str(self.log_dir), purge_step=done + 1 if done else None)
+        if not done:
             self.writer.add_text("config", "```\n" + _json(info.get("config")) + "\n```", 0)
 
     def on_step(self, record: Dict[str, Any]) -> None:
