@@ -60,7 +60,7 @@ def assert_same_run(ref, run):
 
 
 def _cli(*args):
-    return subprocess.Popen([sys.executable, "-m", "rsmooth", *map(str, args)], env=ENV,
+    return subprocess.Popen([sys.executable, "-m", "rsmooth", *map(str, args)], env=ENV, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -146,10 +146,10 @@ def test_sigkill_mid_epoch_resumes_bit_identically(ref, tmp_path):
 @pytest.mark.slow
 def test_sigterm_mid_epoch_saves_the_step_and_resume_finishes(ref, tmp_path, capsys):
     run = tmp_path / "run"
-    p = _cli("train", *FLAGS, "--checkpoint-every", "3", "--out", run)
-    try:  # SIGTERM once epoch 2 has begun (7 steps and an evaluation to go)
+    p = _cli("train", *FLAGS, "--checkpoint-every", "3", "--workers", "2", "--out", run)
+    try:  # SIGTERM once epoch 2 has begun (7 steps and an evaluation to go), to the loader workers too
         _wait_for(lambda: (_partial(run) or {}).get("epoch") == 1, p, "a checkpoint in epoch 2")
-        p.send_signal(signal.SIGTERM)
+        os.killpg(p.pid, signal.SIGTERM)
         stdout, stderr = p.communicate(timeout=120)
     finally:
         p.kill()

@@ -290,8 +290,18 @@ def _batches(dataset, perm: torch.Tensor, batch_size: int, seed: int, epoch: int
     loader = torch.utils.data.DataLoader(_Steps(load, len(chunks)), batch_size=None,
                                          num_workers=num_workers, persistent_workers=False,
                                          pin_memory=pin, prefetch_factor=4 if pin else None,
-                                         generator=torch.Generator())
+                                         generator=torch.Generator(), worker_init_fn=_ignore_stops)
     yield from loader
+
+
+def _ignore_stops(worker_id: int) -> None:
+    """In a loader worker: leave SIGTERM/SIGINT (sent to the whole job or process group) to the main
+    process, which saves the step in progress before it stops (a worker killed by them would
+    abort the step); the workers end with the main process's loader."""
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 class _Steps(torch.utils.data.Dataset):
