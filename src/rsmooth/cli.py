@@ -347,7 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
     # train ------------------------------------------------------------------------------
     t = sub.add_parser("train", help="train a base classifier",
                        description="Train a base classifier for randomized smoothing. Writes "
-                       "OUT/checkpoint.pt after every epoch (atomically), OUT/config.json and "
+                       "OUT/checkpoint.pt after every epoch and on SIGTERM/Ctrl-C (atomically; within epochs too with "
+                       "--checkpoint-every), OUT/config.json and "
                        "OUT/train.log. " + UNITS)
     t.add_argument("--preset", help="start from a paper's settings, e.g. fashion-mnist/gaussian/0.25 "
                    "('rsmooth list' shows them); flags given here override it")
