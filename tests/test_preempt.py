@@ -237,3 +237,19 @@ def test_heartbeat_in_a_log(tmp_path, monkeypatch):
     beats = [line for line in logs if line.startswith("epoch 1/1: step ")]
     assert len(beats) == 4 and beats[0].startswith("epoch 1/1: step 1/4 (25%), ")
     assert "steps/s, epoch eta " in beats[0]
+
+
+def test_a_second_signal_stops_at_once(tmp_path):
+    class Twice:
+        def on_step(self, record):
+            if record["global_step"] == 2:
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)  # not reached: the second signal raises here
+
+    logs = []
+    with pytest.raises(KeyboardInterrupt):
+        train(_config(train_subset=256), tmp_path / "run", progress=False, log=logs.append, callbacks=[Twice()])
+    assert not any(line.startswith("stopped") for line in logs)
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()  # nothing saved: the stop was immediate
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
