@@ -133,17 +133,17 @@ def test_new_fields_need_no_change():
     """Config files and the resume check read the dataclass's fields: a new one just works."""
     @dataclasses.dataclass
     class Newer(TrainConfig):
-        checkpoint_every: int = 0
+        future_knob: int = 0
 
-    assert config_fields({"checkpoint_every": 5, "lr": 1}, Newer, "f") == {"checkpoint_every": 5, "lr": 1.0}
-    with pytest.raises(RsmoothError, match="checkpoint_every must be an integer"):
-        config_fields({"checkpoint_every": "5"}, Newer, "f")
-    with pytest.raises(RsmoothError, match=r"'checkpoint_evry' \(did you mean 'checkpoint_every'\?\)"):
-        config_fields({"checkpoint_evry": 5}, Newer, "f")
+    assert config_fields({"future_knob": 5, "lr": 1}, Newer, "f") == {"future_knob": 5, "lr": 1.0}
+    with pytest.raises(RsmoothError, match="future_knob must be an integer"):
+        config_fields({"future_knob": "5"}, Newer, "f")
+    with pytest.raises(RsmoothError, match=r"'future_knb' \(did you mean 'future_knob'\?\)"):
+        config_fields({"future_knb": 5}, Newer, "f")
     saved = TrainConfig(lr=0.1).to_dict()  # recorded before the field existed: it had its default
-    assert conflicts(saved, Newer(lr=0.1), [*_FIXED_ON_RESUME, "checkpoint_every"]) == []
-    assert conflicts(saved, Newer(lr=0.1, checkpoint_every=3), ["checkpoint_every"]) == [
-        ("--checkpoint-every 0", "--checkpoint-every 3")]
+    assert conflicts(saved, Newer(lr=0.1), [*_FIXED_ON_RESUME, "future_knob"]) == []
+    assert conflicts(saved, Newer(lr=0.1, future_knob=3), ["future_knob"]) == [
+        ("--future-knob 0", "--future-knob 3")]
 
 
 # -- --resume with the recorded settings (item 5) -----------------------------------------------

@@ -215,3 +215,32 @@ def test_pipeline_under_torchrun_runs_every_step_in_one_process_group(tmp_path):
     assert len((tmp_path / "catrs_0.50" / "certify.tsv").read_text().splitlines()) == 7
     code, stdout, stderr = run(*args)  # rerun: every step is found done
     assert code == 0 and "is already complete" in stdout, stderr
+
+
+@pytest.mark.slow
+def test_sigterm_mid_epoch_under_torchrun_then_resume(one, tmp_path):
+    """torchrun passes SIGTERM to its ranks: they agree on the step, rank 0 saves it mid-epoch,
+    and --resume (here with one process) finishes the run as the uninterrupted one."""
+    out = tmp_path / "r"
+    args = [*RUNS["consistency"], "--epochs", "2", "--checkpoint-every", "1", "--out", out]
+    p = torchrun(*args)
+
+    def mid_epoch():
+        try:
+            return "partial" in torch.load(out / "checkpoint.pt", weights_only=True)
+        except Exception:  # not there yet
+            return False
+
+    end = time.monotonic() + 180
+    while not mid_epoch():
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() < end
+        time.sleep(0.02)
+    p.send_signal(signal.SIGTERM)
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode != 0
+    partial = torch.load(out / "checkpoint.pt", weights_only=True).get("partial")
+    assert partial is not None, stdout + stderr
+    assert re.search(r"^stopped in epoch \d/2 after step \d+/\d+: saved .*; rerun with --resume", stdout, re.M), stdout
+    assert main([*RUNS["consistency"], "--epochs", "2", "--out", str(out), "--resume"]) == 0
+    assert_same_run(one / "consistency", out)

@@ -133,6 +133,9 @@ def test_train_commands_give_the_scaled_preset(preset, budget, tmp_path):
     scaled = {k: max(1, round(v * f)) for k, v in want.hparams.items() if k in ("warmup", "eps_double_epoch") and v}
     assert got.hparams == {**want.hparams, **scaled}  # every other hyperparameter as the preset's
     assert (got.lr, got.batch_size, got.arch) == (want.lr, want.batch_size, want.arch)
+    # below the paper's budget only the last epoch is evaluated (issue 20, item 16)
+    assert [e for e in range(got.epochs) if got.evaluates(e)] == (
+        list(range(got.epochs)) if b.is_paper else [got.epochs - 1])
 
 
 def test_plan_shares_the_sigma0_model_and_targets(tmp_path):
@@ -211,6 +214,7 @@ def test_table_over_seeds_against_numpy(tmp_path):
         assert lines[k + 2].split("|")[4].strip() == f"{np.mean(acrs) - paper.acr:+.3f}"
     assert "Budget small,train=1, REDUCED, not the paper's protocol: epochs x0.1 (90 -> 9, 150 -> 15" in text
     assert "training set x1 (all)" in text and "n = 10,000" in text and "every 10th test example" in text
+    assert "the training runs evaluate the test set after their last epoch only" in text
     assert "Note: ACR order, fashion-mnist sigma 0.25: ours Gaussian < CAT-RS; paper Gaussian < CAT-RS; " \
            "1 of 1 pairs ordered alike" in text
     res = json.loads((tmp_path / "results.json").read_text())

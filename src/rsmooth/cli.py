@@ -347,7 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
     # train ------------------------------------------------------------------------------
     t = sub.add_parser("train", help="train a base classifier",
                        description="Train a base classifier for randomized smoothing. Writes "
-                       "OUT/checkpoint.pt after every epoch (atomically), OUT/config.json and "
+                       "OUT/checkpoint.pt after every epoch and on SIGTERM/Ctrl-C (atomically; within epochs too with "
+                       "--checkpoint-every), OUT/config.json and "
                        "OUT/train.log. " + UNITS)
     t.add_argument("--preset", help="start from a paper's settings, e.g. fashion-mnist/gaussian/0.25 "
                    "('rsmooth list' shows them); flags given here override it")
@@ -417,7 +418,21 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --out after a stop or kill, with any number of processes, and "
                    "with the settings it recorded: flags given must agree with them, except --epochs (may "
-                   "grow, not shrink), --device, --workers, --data-dir; an --out with no run starts one")
+                   "grow, not shrink), --device, --workers, --data-dir, --checkpoint-every, --eval-every, "
+                   "--eval-examples, --tensorboard; an --out with no run starts one")
+    t.add_argument("--checkpoint-every", metavar="N|TIME",
+                   help="also checkpoint inside epochs, every N optimiser steps (e.g. 500) or every TIME "
+                   "(e.g. 600s, 10m, 1h); SIGTERM/Ctrl-C always saves the step in progress and stops. "
+                   "--resume continues from that step, bit-identically (default: at epoch ends only)")
+    t.add_argument("--eval-every", type=_integer, metavar="E",
+                   help="evaluate (clean and noisy test accuracy) after every E-th epoch and the last; "
+                   "0: never (default: 1)")
+    t.add_argument("--eval-examples", type=_integer, metavar="M",
+                   help="evaluate on a fixed subset of M test examples (the same for every run); "
+                   "0: no evaluation (default: all)")
+    t.add_argument("--tensorboard", action="store_true", default=None,
+                   help="log every figure of train.log and each step's loss to OUT/tensorboard "
+                   "(needs the tensorboard package: pip install tensorboard)")
     _add_common_data(t)
     _add_method_flags(t)
     _add_foreign_flags(t)
@@ -647,7 +662,8 @@ def build_parser() -> argparse.ArgumentParser:
 #: train flags that map one-to-one onto TrainConfig fields
 _TRAIN_FIELDS = ("dataset", *_ARCH_FIELDS, "method", "epochs", "batch_size", "lr", "momentum",
                  "weight_decay", "nesterov", "lr_step", "milestones", "lr_gamma", "lr_timing", "seed", "train_subset",
-                 "data_dir", "device", "targets", "precision", "channels_last", "compile", "sync_bn", "optimizer", "classifier", "init")
+                 "data_dir", "device", "targets", "precision", "channels_last", "compile", "sync_bn", "optimizer", "classifier", "init",
+                 "checkpoint_every", "eval_every", "eval_examples", "tensorboard")
 
 
 def train_config_from_args(args: argparse.Namespace):
@@ -963,8 +979,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     told in one line ``rsmooth: error: ...``.  1: an internal error (a bug), also one line;
     ``--debug`` (anywhere in the arguments) or ``RSMOOTH_DEBUG=1`` shows its traceback instead.
     130 (Ctrl-C) and 143 (SIGTERM, what schedulers send before killing a job): the run stops as
-    if killed between two units of work (training keeps its last checkpoint, certification its
-    whole rows), and rerunning the same command (train: with --resume) continues it.
+    if killed between two units of work (training saves the step in progress, certification keeps
+    its whole rows), and rerunning the same command (train: with --resume) continues it.
     """
     import os
     import signal

@@ -43,10 +43,12 @@ from ..fileio import atomic_write_bytes, naming, remove_stale_temps, run_lock
 from ..methods import METHODS, Batch, Method, StepContext, create_method
 from ..paths import check_output_dir
 from ..progress import format_duration, progress_bar
+from .callbacks import CallbackList, as_callbacks
 from .checkpoint import (CHECKPOINT_NAME, FORMAT, atomic_save, git_commit, read_checkpoint,
                          resolve_device, state_digest, versions)
 from . import distributed
 from .distributed import World
+from .preempt import CheckpointClock, StopSignals, parse_checkpoint_every
 from .seeding import derive_seed, generator, validate_seed
 
 #: learning rate and epochs when none is given (the CAT-RS authors' scripts); presets refine
@@ -113,6 +115,10 @@ class TrainConfig:
     optimizer: str = "sgd"  # sgd (momentum, nesterov) or adam (the denoiser papers')
     classifier: Optional[str] = None  # denoiser methods: the frozen classifier (checkpoint or run folder)
     init: Optional[str] = None  # denoiser methods: start from this denoiser run's weights
+    checkpoint_every: Optional[str] = None  # mid-epoch checkpoints: every N optimiser steps ("500") or time ("10m")
+    eval_every: int = 1  # evaluate after every E-th epoch and the last (0: never)
+    eval_examples: Optional[int] = None  # evaluate on this fixed subset of the test set (None: all; 0: never)
+    tensorboard: bool = False  # write OUT/tensorboard/ (rank 0; needs the tensorboard package)
 
     def resolved(self) -> "TrainConfig":
         """Fill dataset-dependent defaults (arch, lr, epochs, lr_step) and validate."""
@@ -152,7 +158,20 @@ class TrainConfig:
         check(c.optimizer in OPTIMIZERS, f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {c.optimizer!r}")
         check(denoiser or (c.classifier is None and c.init is None),
               "--classifier and --init are for the denoiser methods (denoise-mse, denoise-stab)")
+        parse_checkpoint_every(c.checkpoint_every)
+        if c.checkpoint_every is not None:
+            c.checkpoint_every = str(c.checkpoint_every).strip()
+        check(isinstance(c.eval_every, int) and not isinstance(c.eval_every, bool) and c.eval_every >= 0,
+              f"--eval-every must be a number of epochs >= 0 (0: no evaluation), got {c.eval_every!r}")
+        check(c.eval_examples is None or (isinstance(c.eval_examples, int) and c.eval_examples >= 0),
+              f"--eval-examples must be a number of test examples >= 0 (0: no evaluation), got {c.eval_examples!r}")
         return c
+
+    def evaluates(self, epoch: int) -> bool:
+        """Whether 0-based ``epoch`` ends with an evaluation (``eval_every``, and always the last)."""
+        if self.eval_every == 0 or self.eval_examples == 0:
+            return False
+        return (epoch + 1) % self.eval_every == 0 or epoch + 1 == self.epochs
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -221,13 +240,19 @@ def _make_scheduler(opt: torch.optim.Optimizer, c: "TrainConfig"):
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: lr_factor(epoch, c))
 
 
+class _Interrupted(Exception):
+    """The evaluation stopped early (a stop was requested)."""
+
+
 def evaluate(model: nn.Module, dataset, sigma: float, seed: int, batch_size: int = 500,
-             device: Optional[torch.device] = None, w: World = World()) -> Dict[str, float]:
+             device: Optional[torch.device] = None, w: World = World(),
+             should_stop: Optional[Callable[[], bool]] = None) -> Dict[str, float]:
     """Clean accuracy and accuracy under one draw of N(0, sigma^2 I) per test image.
 
     The noise of each batch is seeded by ``(seed, first index)``; under ``torchrun`` rank r takes
     batches r, r + W, ... and the counts are summed over the ranks, so every rank returns what
-    one process does.
+    one process does.  ``should_stop`` (one process only) is asked between batches: when it is
+    true the evaluation stops (an internal ``_Interrupted``).
     """
     device = device or next(model.parameters()).device
     was_training = model.training
@@ -236,6 +261,8 @@ def evaluate(model: nn.Module, dataset, sigma: float, seed: int, batch_size: int
     try:
         with torch.inference_mode():
             for start in range(w.rank * batch_size, len(dataset), w.size * batch_size):
+                if should_stop is not None and should_stop():
+                    raise _Interrupted
                 idx = torch.arange(start, min(start + batch_size, len(dataset)))
                 x, y = dataset.get_batch(idx)
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -249,15 +276,37 @@ def evaluate(model: nn.Module, dataset, sigma: float, seed: int, batch_size: int
     return {"test_acc": correct / len(dataset), "test_acc_noisy": noisy / len(dataset)}
 
 
+def eval_set(test_set, c: TrainConfig):
+    """The test examples the per-epoch evaluation scores: all, or a fixed subset of
+    ``c.eval_examples`` (:func:`rsmooth.data.fixed_subset`: the same for every run and seed)."""
+    from ..data import SubsetDataset, fixed_subset
+
+    if c.eval_examples is None or c.eval_examples == len(test_set) or not c.evaluates(c.epochs - 1):
+        return test_set
+    check(c.eval_examples <= len(test_set), f"--eval-examples {c.eval_examples} is more than the "
+          f"{len(test_set)} test examples of {c.dataset}; pass at most {len(test_set)} (or drop it for all)")
+    return SubsetDataset(test_set, fixed_subset(len(test_set), c.eval_examples))
+
+
+def steps_per_epoch(n: int, batch_size: int, num_chunks: int) -> int:
+    """Optimiser steps of an epoch over ``n`` examples (one per non-empty chunk of each batch)."""
+    k = max(1, num_chunks)
+    full, rest = divmod(n, batch_size)
+    return full * min(k, batch_size) + min(k, rest)
+
+
 def _batches(dataset, perm: torch.Tensor, batch_size: int, seed: int, epoch: int,
-             num_workers: int, pin: bool = False) -> Iterator[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """(x, y, idx) per loader batch; augmentation seeded by (seed, epoch, step) only, so worker
-    processes, their prefetching and pinned memory (``pin``, for CUDA) leave every batch as it is."""
-    chunks = list(perm.split(batch_size))
+             num_workers: int, pin: bool = False, start: int = 0
+             ) -> Iterator[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(x, y, idx) per loader batch from batch ``start`` on; augmentation seeded by (seed, epoch,
+    step) only, so worker processes, their prefetching and pinned memory (``pin``, for CUDA)
+    leave every batch as it is (the loader draws its workers' seeds from its own generator, not
+    from the global one, which the steps may use)."""
+    chunks = list(perm.split(batch_size))[start:]
 
     def load(step: int):
         idx = chunks[step]
-        x, y = dataset.get_batch(idx, augment=True, generator=generator(seed, "augment", epoch, step))
+        x, y = dataset.get_batch(idx, augment=True, generator=generator(seed, "augment", epoch, start + step))
         return x, y, idx
 
     if num_workers <= 0:
@@ -266,8 +315,19 @@ def _batches(dataset, perm: torch.Tensor, batch_size: int, seed: int, epoch: int
         return
     loader = torch.utils.data.DataLoader(_Steps(load, len(chunks)), batch_size=None,
                                          num_workers=num_workers, persistent_workers=False,
-                                         pin_memory=pin, prefetch_factor=4 if pin else None)
+                                         pin_memory=pin, prefetch_factor=4 if pin else None,
+                                         generator=torch.Generator(), worker_init_fn=_ignore_stops)
     yield from loader
+
+
+def _ignore_stops(worker_id: int) -> None:
+    """In a loader worker: leave SIGTERM/SIGINT (sent to the whole job or process group) to the main
+    process, which saves the step in progress before it stops (a worker killed by them would
+    abort the step); the workers end with the main process's loader."""
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 class _Steps(torch.utils.data.Dataset):
@@ -349,8 +409,10 @@ def train(
     progress: bool = True,
     log: Callable[[str], None] = print,
     stop_after_epoch: Optional[int] = None,
+    callbacks: Optional[List[Any]] = None,
 ) -> TrainResult:
-    """Train a base classifier with ``config.method``; write ``out/checkpoint.pt`` every epoch.
+    """Train a base classifier with ``config.method``; write ``out/checkpoint.pt`` every epoch,
+    and within epochs every ``config.checkpoint_every`` and on SIGTERM/SIGINT (then stop).
 
     Under ``torchrun`` (W processes) the model is trained with DistributedDataParallel and each
     optimiser step's chunk is split across the ranks (see :class:`~rsmooth.methods.StepContext`),
@@ -364,6 +426,9 @@ def train(
             bit-identical to an uninterrupted run.  Without it, an existing checkpoint is an error.
         extras: per-example tensors [N x ...] indexed by training-set index (CAT-RS targets).
         stop_after_epoch: stop (as if killed) after this many epochs; for tests and staging.
+        callbacks: objects with any of the methods of :mod:`rsmooth.engine.callbacks` (e.g.
+            ``on_epoch_end(record)``), called on rank 0; ``config.tensorboard`` adds
+            :class:`~rsmooth.engine.callbacks.TensorBoardLogger` writing ``out/tensorboard``.
     """
     from ..data import get_dataset
 
@@ -383,7 +448,11 @@ def train(
     ckpt_path = Path(out) / CHECKPOINT_NAME
 
     train_set = get_dataset(c.dataset, "train", data_dir=c.data_dir, subset=c.train_subset)
-    test_set = get_dataset(c.dataset, "test", data_dir=c.data_dir)
+    full_test = get_dataset(c.dataset, "test", data_dir=c.data_dir)
+    test_set = eval_set(full_test, c)
+    cbs = as_callbacks(callbacks, Path(out) / "tensorboard" if c.tensorboard else None)  # every rank checks
+    if not w.main:
+        cbs = CallbackList()
     extras = {k: v for k, v in (extras or {}).items()}
     if c.targets:
         from .targets import load_targets
@@ -415,34 +484,156 @@ def train(
                 scaler.load_state_dict(ck["scaler"])
             start_epoch, history = int(ck["epoch"]), list(ck.get("history", []))
             torch.set_rng_state(ck["rng"]["torch"])
+        partial = _partial_of(ck)
         run = _Run(c, method, model, *_fast_modes(model, c, device, w), opt, sched, scaler, w, device,
                    {k: v.to(device, non_blocking=True) for k, v in extras.items()})
-        with run, _run_log(Path(out), c, history, w) as write, \
+        spe = steps_per_epoch(len(train_set), c.batch_size, method.num_chunks)
+
+        def save(epochs_done: int, reason: str, position: Optional[Dict[str, Any]] = None) -> None:
+            if w.main:
+                atomic_save({**_checkpoint(model, opt, sched, scaler, epochs_done, c, method, history,
+                                           train_set, w), **recorded,
+                             **({"partial": position} if position is not None else {})}, ckpt_path)
+                cbs("on_checkpoint", {"path": str(ckpt_path), "epoch": epochs_done,
+                                      "step": position["steps"] if position else 0, "reason": reason})
+
+        with run, _run_log(Path(out), c, history, w) as write, StopSignals() as stop, \
                 distributed.collectives(w, "the other ranks' steps", distributed.RERUN_TRAIN):
-            run_start, first_epoch = time.time(), start_epoch
-            for epoch in range(start_epoch, c.epochs):
-                if stop_after_epoch is not None and epoch >= stop_after_epoch:
-                    break
-                t0 = time.time()
-                record = run.epoch(train_set, epoch, progress)
-                distributed.broadcast_buffers(model, w)  # rank 0's batch-norm statistics are the model's
-                record.update(evaluate(scored, test_set, method.sigma, derive_seed(c.seed, epoch),
-                                       c.eval_batch_size, device, w))
-                record["time"] = time.time() - t0
-                history.append(record)
-                if w.main:
-                    atomic_save({**_checkpoint(model, opt, sched, scaler, epoch + 1, c, method, history,
-                                               train_set, w), **recorded}, ckpt_path)
-                line = (f"epoch {epoch + 1}/{c.epochs}  lr {record['lr']:.4g}  loss {record['loss']:.4f}  "
-                        f"test acc {record['test_acc']:.4f}  noisy {record['test_acc_noisy']:.4f}  "
-                        f"{record['time']:.1f}s")
-                if epoch + 1 < c.epochs:  # the whole run's remaining time, from this session's epochs
-                    per_epoch = (time.time() - run_start) / (epoch + 1 - first_epoch)
-                    line += f"  eta {format_duration(per_epoch * (c.epochs - epoch - 1))}"
-                log(line)
-                write(record)
+            control = _Control(run, save, CheckpointClock(c.checkpoint_every, start_epoch * spe + (
+                partial["steps"] if partial else 0)), stop, w, spe, log, str(ckpt_path), progress)
+            if cbs.wants("on_step"):
+                run.on_step = lambda pos, loss: cbs("on_step", {
+                    "epoch": pos.epoch + 1, "step": pos.steps, "global_step": pos.epoch * spe + pos.steps,
+                    "loss": float(loss), "lr": opt.param_groups[0]["lr"]})
+            cbs("on_train_begin", {"config": c.to_dict(), "out": str(out), "start_epoch": start_epoch,
+                                   "world_size": w.size, "steps_per_epoch": spe,
+                                   "global_step": start_epoch * spe + (partial["steps"] if partial else 0)})
+            completed = False
+            try:
+                run_start, first_epoch = time.time(), start_epoch
+                for epoch in range(start_epoch, c.epochs):
+                    if stop_after_epoch is not None and epoch >= stop_after_epoch:
+                        break
+                    record = run.epoch(train_set, epoch, progress, partial, control.after_batch)
+                    partial = None
+                    distributed.broadcast_buffers(model, w)  # rank 0's batch-norm statistics are the model's
+                    if c.evaluates(epoch):
+                        try:
+                            record.update(evaluate(scored, test_set, method.sigma, derive_seed(c.seed, epoch),
+                                                   c.eval_batch_size, device, w,
+                                                   should_stop=control.requested if w.size == 1 else None))
+                        except _Interrupted:  # stopped while evaluating: the epoch's steps are saved
+                            control.stop_now(run.position)
+                        record["eval_examples"] = len(test_set)
+                    sched.step()
+                    record["time"] = time.time() - run.position.started
+                    history.append(record)
+                    save(epoch + 1, "epoch")
+                    control.clock.reset((epoch + 1) * spe)
+                    line = epoch_line(record, c.epochs, len(full_test))
+                    if epoch + 1 < c.epochs:  # the whole run's remaining time, from this session's epochs
+                        per_epoch = (time.time() - run_start) / (epoch + 1 - first_epoch)
+                        line += f"  eta {format_duration(per_epoch * (c.epochs - epoch - 1))}"
+                    log(line)
+                    write(record)
+                    cbs("on_epoch_end", record)
+                    if epoch + 1 < c.epochs:
+                        control.after_epoch(epoch)
+                completed = len(history) >= c.epochs
+            finally:
+                cbs("on_train_end", {"checkpoint": str(ckpt_path), "history": history, "completed": completed})
         distributed.barrier(w, "rank 0's checkpoint")  # every rank returns once it is written
     return TrainResult(ckpt_path, history, model)
+
+
+#: seconds between two heartbeat lines of an epoch in a log (no progress bar shown)
+HEARTBEAT_SECONDS = 120.0
+
+
+def epoch_line(record: Dict[str, Any], epochs: int, test_size: int) -> str:
+    """The console line of a finished epoch (without the run's eta)."""
+    line = f"epoch {record['epoch']}/{epochs}  lr {record['lr']:.4g}  loss {record['loss']:.4f}  "
+    if "test_acc" in record:
+        line += f"test acc {record['test_acc']:.4f}  noisy {record['test_acc_noisy']:.4f}  "
+        if record.get("eval_examples", test_size) != test_size:
+            line += f"(on {record['eval_examples']} test examples)  "
+    else:
+        line += "(not evaluated)  "
+    return line + f"{record['time']:.1f}s"
+
+
+def _partial_of(ck: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The position of a mid-epoch checkpoint (None: an epoch's end, or a fresh run)."""
+    partial = ck.get("partial") if ck is not None else None
+    return partial if isinstance(partial, dict) else None
+
+
+@dataclass
+class _Control:
+    """What happens between two loader batches: a mid-epoch checkpoint when one is due
+    (``--checkpoint-every``) or a stop was asked for (SIGTERM/SIGINT: then stop), decided
+    together by all ranks; and, in a log, a heartbeat line."""
+
+    run: "_Run"
+    save: Callable[..., None]
+    clock: CheckpointClock
+    stop: StopSignals
+    w: World
+    steps_per_epoch: int
+    log: Callable[[str], None]
+    path: str
+    progress: bool
+    last_beat: float = field(default_factory=time.monotonic)
+
+    def requested(self) -> bool:
+        return self.stop.signum is not None
+
+    def _agree(self, stop: bool, due: bool) -> Tuple[bool, bool]:
+        """(stop, checkpoint) of any rank, on every rank (one small all-reduce per batch)."""
+        if self.w.size == 1:
+            return stop, due
+        flags = torch.tensor([int(stop), int(due)], device=self.run.device)
+        stop_n, due_n = distributed.all_reduce(flags, self.w, "the other ranks' steps").tolist()
+        return stop_n > 0, due_n > 0
+
+    def after_batch(self, pos: "_Position") -> None:
+        global_step = pos.epoch * self.steps_per_epoch + pos.steps
+        stop, due = self._agree(self.requested(), self.clock.due(global_step))
+        if stop:
+            self.stop_now(pos)
+        if due:
+            self.save(pos.epoch, "every", self.run.partial_state())
+            self.clock.reset(global_step)
+        self._heartbeat(pos)
+
+    def stop_now(self, pos: "_Position") -> None:
+        """Save the epoch in progress, say how to continue, and stop (as the signal asked)."""
+        self.save(pos.epoch, "signal", self.run.partial_state())
+        self.log(f"stopped in epoch {pos.epoch + 1}/{self.run.c.epochs} after step {pos.steps}/"
+                 f"{self.steps_per_epoch}: saved {self.path}; rerun with --resume to continue from this step")
+        self.stop.resend()
+
+    def after_epoch(self, epoch: int) -> None:
+        """Stop after an epoch's checkpoint when asked during its evaluation or its writing."""
+        stop, _ = self._agree(self.requested(), False)
+        if stop:
+            self.log(f"stopped after epoch {epoch + 1}/{self.run.c.epochs}: saved {self.path}; "
+                     f"rerun with --resume to continue")
+            self.stop.resend()
+
+    def _heartbeat(self, pos: "_Position") -> None:
+        from ..progress import interactive
+
+        now = time.monotonic()
+        if now - self.last_beat < HEARTBEAT_SECONDS or (self.progress and interactive()) or not self.w.main:
+            return
+        self.last_beat = now
+        elapsed = time.time() - pos.started - pos.elapsed
+        done, total = pos.steps, self.steps_per_epoch
+        rate = (done - pos.first_steps) / max(elapsed, 1e-9)
+        eta = f", epoch eta {format_duration((total - done) / rate)}" if rate > 0 else ""
+        self.log(f"epoch {pos.epoch + 1}/{self.run.c.epochs}: step {done}/{total} "
+                 f"({100 * done / max(total, 1):.0f}%), {rate:.2f} steps/s{eta}")
 
 
 def _build_model(c: TrainConfig, method: Method, device: torch.device
@@ -505,6 +696,15 @@ def _read_resume(ckpt_path: Path, c: TrainConfig, resume: bool, log: Callable[[s
     check(ck.get("format") == FORMAT, f"{ckpt_path} is not an rsmooth training checkpoint")
     _check_resume(ck["config"], c, ckpt_path)
     start_epoch = int(ck["epoch"])
+    partial = _partial_of(ck)
+    if partial is not None:
+        check(int(partial.get("epoch", -1)) == start_epoch, f"{ckpt_path} is damaged: its mid-epoch "
+              f"position is not in epoch {start_epoch + 1}; restore it from a copy or choose another --out")
+        if c.epochs <= start_epoch:
+            raise RsmoothError(f"cannot resume {ckpt_path} with --epochs {c.epochs}: it stopped inside "
+                               f"epoch {start_epoch + 1}; pass --epochs {start_epoch + 1} or more")
+        log(f"resuming {ckpt_path} in epoch {start_epoch + 1} after step {partial['steps']}")
+        return ck
     if start_epoch > c.epochs:
         raise RsmoothError(f"cannot resume {ckpt_path} with --epochs {c.epochs}: it has already "
                            f"trained {start_epoch} epochs; pass --epochs {start_epoch} or more, "
@@ -542,6 +742,23 @@ def _run_log(out_dir: Path, c: TrainConfig, history: List[Dict[str, Any]], w: Wo
 
 
 @dataclass
+class _Position:
+    """Where an epoch is: loader batches and optimiser steps done, the per-step statistics summed
+    so far (this rank's), and when it started (wall clock, less the time a stopped run spent)."""
+
+    epoch: int
+    batch: int = 0
+    steps: int = 0
+    sums: Dict[str, torch.Tensor] = field(default_factory=dict)
+    elapsed: float = 0.0
+    started: float = field(default=0.0, init=False)
+    first_steps: int = field(default=0, init=False)  # steps done before this session
+
+    def __post_init__(self) -> None:
+        self.started, self.first_steps = time.time() - self.elapsed, self.steps
+
+
+@dataclass
 class _Run:
     """The state of a training run and its epoch: one optimiser step per chunk, each chunk split
     across the ranks (one process: the whole chunk)."""
@@ -558,6 +775,8 @@ class _Run:
     w: World
     device: torch.device
     extras: Dict[str, torch.Tensor]
+    on_step: Optional[Callable[["_Position", torch.Tensor], None]] = None
+    position: Optional["_Position"] = None
 
     def __enter__(self) -> "_Run":
         return self
@@ -567,43 +786,79 @@ class _Run:
         # reducer joins gloo's threads holding the GIL they wait for, and the process hangs
         self.net = self.inner = None
 
-    def epoch(self, train_set, epoch: int, progress: bool) -> Dict[str, Any]:
-        """Train one epoch; return its log record (lr, and each statistic's mean over the steps)."""
+    def epoch(self, train_set, epoch: int, progress: bool, partial: Optional[Dict[str, Any]] = None,
+              after_batch: Optional[Callable[["_Position"], None]] = None) -> Dict[str, Any]:
+        """Train one epoch, from the position ``partial`` of a mid-epoch checkpoint when given,
+        calling ``after_batch(position)`` after each loader batch; return its log record (lr, and
+        each statistic's mean over the steps).  The learning rate is stepped by the caller."""
         c, method, device = self.c, self.method, self.device
         torch.manual_seed(derive_seed(c.seed, "global", epoch))
         self.model.train()
         perm = torch.randperm(len(train_set), generator=generator(c.seed, "order", epoch))
         noise_gen = torch.Generator(device=device)
         memory_format = torch.channels_last if c.channels_last else torch.preserve_format
-        sums: Dict[str, torch.Tensor] = {}
-        steps = 0
-        bar = progress_bar(total=len(train_set), desc=f"epoch {epoch + 1}/{c.epochs}", enabled=progress, leave=False)
-        for b, (x, y, idx) in enumerate(_batches(train_set, perm, c.batch_size, c.seed, epoch,
-                                                 c.num_workers, pin=device.type == "cuda")):
+        pos = self.position = _Position(epoch) if partial is None else self._restore(partial)
+        bar = progress_bar(total=len(train_set), initial=min(pos.batch * c.batch_size, len(train_set)),
+                           desc=f"epoch {epoch + 1}/{c.epochs}", enabled=progress, leave=False)
+        loader = _batches(train_set, perm, c.batch_size, c.seed, epoch, c.num_workers,
+                          pin=device.type == "cuda", start=pos.batch)
+        for b, (x, y, idx) in enumerate(loader, start=pos.batch):
             batch = Batch(x.to(device, non_blocking=True, memory_format=memory_format),
                           y.to(device, non_blocking=True), idx,
                           {k: v[idx.to(device, non_blocking=True)] for k, v in self.extras.items()})
             for j, chunk in enumerate(batch.chunks(method.num_chunks)):
                 noise_gen.manual_seed(derive_seed(c.seed, "noise", epoch, b, j))
-                loss, stats = self.step(chunk, StepContext(noise_gen, epoch, c.epochs, steps, first_lr_drop(c)))
-                steps += 1
+                loss, stats = self.step(chunk, StepContext(noise_gen, epoch, c.epochs, pos.steps, first_lr_drop(c)))
+                pos.steps += 1
                 for k, v in stats.items():
-                    sums[k] = sums[k] + v if k in sums else v
+                    pos.sums[k] = pos.sums[k] + v if k in pos.sums else v
+                if self.on_step is not None:
+                    self.on_step(pos, loss)
+            pos.batch = b + 1
             bar.update(len(idx))
             if not bar.disable and b % 10 == 0:  # reading the loss waits for the device
                 bar.set_postfix(loss=f"{float(loss):.4f}")
+            if after_batch is not None:
+                after_batch(pos)
         bar.close()
         lr = self.opt.param_groups[0]["lr"]
-        self.sched.step()
-        keys = distributed.broadcast(list(sums), self.w, "rank 0's statistics")
-        zero = torch.zeros((), device=device)
-        means = distributed.all_reduce(torch.stack([sums.get(k, zero) for k in keys]), self.w,
-                                       "the other ranks' statistics") / max(steps, 1)
+        keys, sums = self.reduced(pos.sums)
+        means = sums / max(pos.steps, 1)
         record = {"epoch": epoch + 1, "lr": lr, **dict(zip(keys, means.tolist()))}
         if not all(math.isfinite(v) for v in record.values()):
             raise RsmoothError(f"training diverged at epoch {epoch + 1} (loss {record.get('loss')}); "
                                f"lower --lr (now {c.lr}) or check the data")
         return record
+
+    def reduced(self, sums: Dict[str, torch.Tensor]) -> Tuple[List[str], torch.Tensor]:
+        """(rank 0's statistic names, their sums over the ranks stacked; ``sums`` is left as it is)."""
+        keys = distributed.broadcast(list(sums), self.w, "rank 0's statistics")
+        zero = torch.zeros((), device=self.device)
+        return keys, distributed.all_reduce(torch.stack([sums.get(k, zero) for k in keys]), self.w,
+                                            "the other ranks' statistics")
+
+    def _restore(self, partial: Dict[str, Any]) -> "_Position":
+        """The position of a mid-epoch checkpoint, with the global random state of its step (rank
+        0 carries the statistics summed over the ranks, the other ranks start them at zero)."""
+        sums = {k: (v if self.w.main else torch.zeros_like(v)).to(self.device) for k, v in partial["sums"].items()}
+        torch.set_rng_state(partial["rng"]["torch"])
+        if self.device.type == "cuda" and "cuda" in partial["rng"]:
+            torch.cuda.set_rng_state(partial["rng"]["cuda"], self.device)
+        return _Position(int(partial["epoch"]), int(partial["batch"]), int(partial["steps"]), sums,
+                         float(partial.get("elapsed", 0.0)))
+
+    def partial_state(self) -> Dict[str, Any]:
+        """What a mid-epoch checkpoint records to continue the epoch in progress exactly: its
+        position, the statistics so far (summed over the ranks: a collective) and the global
+        random state of this step."""
+        pos = self.position
+        keys, sums = self.reduced(pos.sums)
+        rng = {"torch": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        return {"epoch": pos.epoch, "batch": pos.batch, "steps": pos.steps,
+                "sums": {k: v.detach().cpu() for k, v in zip(keys, sums)}, "rng": rng,
+                "elapsed": time.time() - pos.started}
 
     def step(self, chunk: Batch, ctx: StepContext) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
         """One optimiser step on ``chunk``; (this rank's loss, its statistics weighted by its share

@@ -56,7 +56,9 @@ def train_argv(dataset: str, method: str, sigma: float, hparams: Dict[str, Any],
                out: Path, train_size: Optional[int], targets: Optional[Path] = None,
                extra: Sequence[str] = ()) -> List[str]:
     """``rsmooth train`` arguments of a row under ``budget``: the preset, the row's
-    hyperparameters, the schedule scaled by ``budget.epochs``, ``train_size`` examples."""
+    hyperparameters, the schedule scaled by ``budget.epochs``, ``train_size`` examples; below the
+    paper's budget the test set is evaluated after the last epoch only (the per-epoch
+    evaluation took most of a smoke run's training time, and the table does not use it)."""
     from ..cli import hparam_flags
     from ..engine.train import TrainConfig
     from ..methods import create_method
@@ -77,6 +79,9 @@ def train_argv(dataset: str, method: str, sigma: float, hparams: Dict[str, Any],
         for k in EPOCH_HPARAMS:
             if resolved.get(k):
                 changed[k] = scaled(resolved[k], budget.epochs)
+    if not budget.is_paper:
+        epochs = TrainConfig(**{**fields, "hparams": hp}).resolved().epochs
+        argv += ["--eval-every", str(scaled(epochs, budget.epochs) if budget.epochs < 1 else epochs)]
     argv += hparam_flags(method, changed)
     if train_size is not None:
         argv += ["--train-subset", str(train_size)]

@@ -72,7 +72,8 @@ def caption(spec: TableSpec, budget: Budget, seeds: Sequence[int], train_sizes: 
             f"({_schedule_note(spec, budget)}, lr steps and warm-ups alike), training set x{budget.train:.3g} "
             f"({sizes or 'all'}), consistency targets x{budget.targets:.3g} "
             f"({', '.join(f'{d}: {target_samples(d, budget):,} noises' for d in spec.datasets)}), "
-            f"CERTIFY n x{budget.n:.3g}, test examples x{budget.test:.3g}.")
+            f"CERTIFY n x{budget.n:.3g}, test examples x{budget.test:.3g}; the training runs evaluate "
+            f"the test set after their last epoch only.")
     for d in spec.datasets:
         p = budget_protocol(spec.protocol(d), budget)
         which = f"every {p['skip']}th test example" if p["skip"] > 1 else "every test example"
