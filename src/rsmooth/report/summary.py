@@ -4,6 +4,8 @@ The numbers are the papers' table entries (Jeong et al. 2022, CAT-RS first versi
 qLqeb9AjD2o, Tables 1-2; Jeong & Shin 2020, Consistency, arXiv 2006.04062, Table 1): ACR and
 approximate certified accuracy at radii 0, 0.25, ... over all certified examples
 (:mod:`rsmooth.metrics`), and with ``ci`` their confidence bounds (:mod:`rsmooth.metrics.intervals`).
+As data: :class:`FileSummary` objects and plain records (:func:`records`); radii a run did not
+decide (:func:`decides`) and unfinished runs are marked, never shown as measurements.
 """
 from __future__ import annotations
 
@@ -261,7 +263,8 @@ def summarize(paths: Sequence[PathLike], radii: Radii = None,
         radii: radii for the certified accuracy; default ``0, 0.25, ...`` up to the
             largest radius over all files (:func:`rsmooth.metrics.default_radii`).
         labels: one display label per file; default the file stems, or the run folders
-            where stems repeat or are generic (``runs/fm025/certify.tsv`` -> ``fm025``).
+            where stems repeat (``runs/fm025/certify.tsv`` -> ``fm025``; a lone generic
+            ``certify.tsv`` too).
         ci: a confidence level (``0.95``; ``True`` means 0.95) to also compute each file's
             :class:`rsmooth.metrics.AccuracyBounds` at each radius: the Clopper-Pearson interval
             over the test sample and, where the certificates' alpha is known, Cohen et al.'s

@@ -11,6 +11,8 @@ Summaries made with ``ci`` (:func:`rsmooth.report.summarize`) show each certifie
 its confidence interval and high-probability lower bound, ``83.2 [80.1, 86.0] ≥ 82.8`` (bounds
 rounded outward), or in CSV as extra columns ``acc@<r>_lo``, ``acc@<r>_hi``, ``acc@<r>_hp`` at the
 end; notes under the table say what they mean (:func:`rsmooth.report.summary.ci_notes`).
+A radius the run did not decide (:func:`rsmooth.report.summary.decides`) is ``-`` (CSV: blank),
+and an unfinished run's ``examples`` reads ``2 of 20`` (CSV: 2), each explained by a note.
 """
 from __future__ import annotations
 
