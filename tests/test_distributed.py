@@ -254,10 +254,16 @@ def test_sequential_shards_and_torchrun_give_the_one_process_files(model, tmp_pa
     assert not list(tmp_path.glob("s.shard-*"))
     (tmp_path / "t").mkdir()
     out = tmp_path / "t" / "c.tsv"
-    p = torchrun("certify", "--checkpoint", model, *flags, "--out", out)
-    _, stderr = p.communicate(timeout=180)
+    p = torchrun("certify", "--checkpoint", model, *flags, "--out", out, "--heartbeat", "1e-9")
+    stdout, stderr = p.communicate(timeout=180)
     assert p.returncode == 0, stderr
     assert rows(out) == rows(tmp_path / "one.tsv") and Path(f"{out}.seq").read_text() == seq
+    # rank 0 alone logs: heartbeat lines of its shard, then the summary of OUT once
+    beats = [ln for ln in stdout.splitlines() if "examples (" in ln]
+    assert beats and all(ln.startswith(f"certify {mode[0]} (shard 0/2): ") for ln in beats), stdout
+    assert [ln for ln in stdout.splitlines() if ln.startswith(f"certify {mode[0]}: ")] == \
+        [ln for ln in stdout.splitlines() if ln.startswith(f"certify {mode[0]}: 11 examples, ")], stdout
+    assert stdout.count(f"certify {mode[0]}: 11 examples, ") == 1, stdout
     assert sorted(q.name for q in out.parent.iterdir()) == ["c.tsv", "c.tsv.json", "c.tsv.seq"]
 
 

@@ -142,3 +142,14 @@ def test_targets_beat_in_a_log_file(model, tmp_path, capsys, not_a_terminal, mon
     compute_targets(str(model), str(tmp_path / "t.npy"), num_samples=2, batch_size=512, log=lines.append)
     assert lines[0].startswith("targets: 256/1437 images (17.8%)") and "samples/s" in lines[0]
     assert len(lines) == 5  # one per block of 256 but the last
+
+
+def test_stdout_is_line_buffered_in_a_log_file(monkeypatch):
+    import io
+    import sys
+
+    log = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")  # a file: block-buffered
+    monkeypatch.setattr(sys, "stdout", log)
+    assert not log.line_buffering
+    progress.line_buffered_stdout()
+    assert log.line_buffering
