@@ -33,11 +33,12 @@ from typing import List
 import numpy as np
 
 from rsmooth.engine.certify import run_certification
+from rsmooth.engine.seqfile import sequential_path
 from rsmooth.metrics import read_certify_tsv
 
 
 def _samples(path: Path) -> np.ndarray:
-    with open(f"{path}.seq.tsv", encoding="utf-8") as f:
+    with open(sequential_path(path), encoding="utf-8") as f:
         return np.array([int(row["samples"]) for row in csv.DictReader(f, delimiter="\t")])
 
 

@@ -237,26 +237,34 @@ def test_torchrun_killed_rank_stops_the_job_and_rerun_finishes(model, one, tmp_p
 
 @pytest.mark.parametrize("mode", [["--sequential", "--radii", "0.25", "0.5"], ["--adaptive", "--radius-tol", "0.1"]])
 def test_sequential_shards_and_torchrun_give_the_one_process_files(model, tmp_path, capsys, mode):
-    """--sequential/--adaptive split by --shard + merge, and by 2 torchrun ranks: OUT and OUT.seq.tsv
+    """--sequential/--adaptive split by --shard + merge, and by 2 torchrun ranks: OUT and OUT.seq
     are the one-process files (OUT's time column aside)."""
     flags = [*mode, "--n-max", "3000", "--n0", "50", "--batch-size", "500", "--device", "cpu", *SUBSET]
     assert certify(model, tmp_path / "one.tsv", *flags) == 0
-    seq = (tmp_path / "one.tsv.seq.tsv").read_text()
+    seq = (tmp_path / "one.tsv.seq").read_text()
     assert len(seq.splitlines()) == 12
     for i in (1, 0):
         assert certify(model, tmp_path / "s.tsv", *flags, "--shard", f"{i}/2") == 0
-    assert (tmp_path / "s.shard-0-of-2.tsv.seq.tsv").is_file()
+    assert (tmp_path / "s.shard-0-of-2.tsv.seq").is_file()
+    # a shard of an earlier version, which named the samples file OUT.seq.tsv, merges too
+    (tmp_path / "s.shard-0-of-2.tsv.seq").rename(tmp_path / "s.shard-0-of-2.tsv.seq.tsv")
     assert main(["merge", str(tmp_path / "s.tsv")]) == 0
-    assert rows(tmp_path / "s.tsv") == rows(tmp_path / "one.tsv") and (tmp_path / "s.tsv.seq.tsv").read_text() == seq
+    assert rows(tmp_path / "s.tsv") == rows(tmp_path / "one.tsv") and (tmp_path / "s.tsv.seq").read_text() == seq
     assert json.loads((tmp_path / "s.tsv.json").read_text())["n_max"] == 3000
     assert not list(tmp_path.glob("s.shard-*"))
     (tmp_path / "t").mkdir()
     out = tmp_path / "t" / "c.tsv"
-    p = torchrun("certify", "--checkpoint", model, *flags, "--out", out)
-    _, stderr = p.communicate(timeout=180)
+    p = torchrun("certify", "--checkpoint", model, *flags, "--out", out, "--heartbeat", "1e-9")
+    stdout, stderr = p.communicate(timeout=180)
     assert p.returncode == 0, stderr
-    assert rows(out) == rows(tmp_path / "one.tsv") and Path(f"{out}.seq.tsv").read_text() == seq
-    assert sorted(q.name for q in out.parent.iterdir()) == ["c.tsv", "c.tsv.json", "c.tsv.seq.tsv"]
+    assert rows(out) == rows(tmp_path / "one.tsv") and Path(f"{out}.seq").read_text() == seq
+    # rank 0 alone logs: heartbeat lines of its shard, then the summary of OUT once
+    beats = [ln for ln in stdout.splitlines() if "examples (" in ln]
+    assert beats and all(ln.startswith(f"certify {mode[0]} (shard 0/2): ") for ln in beats), stdout
+    assert [ln for ln in stdout.splitlines() if ln.startswith(f"certify {mode[0]}: ")] == \
+        [ln for ln in stdout.splitlines() if ln.startswith(f"certify {mode[0]}: 11 examples, ")], stdout
+    assert stdout.count(f"certify {mode[0]}: 11 examples, ") == 1, stdout
+    assert sorted(q.name for q in out.parent.iterdir()) == ["c.tsv", "c.tsv.json", "c.tsv.seq"]
 
 
 def test_merge_refuses_sequential_shards_of_other_settings_or_without_their_rows(model, tmp_path, capsys):
@@ -266,7 +274,7 @@ def test_merge_refuses_sequential_shards_of_other_settings_or_without_their_rows
     assert main(["merge", str(tmp_path / "s.tsv")]) == 2
     assert "was run with n_max=2000" in one_line(capsys)
     assert certify(model, tmp_path / "s.tsv", *flags, "--shard", "1/2", "--overwrite") == 0
-    seq1 = tmp_path / "s.shard-1-of-2.tsv.seq.tsv"
+    seq1 = tmp_path / "s.shard-1-of-2.tsv.seq"
     seq1.write_text("".join(seq1.read_text().splitlines(keepends=True)[:-1]))  # a row lost
     assert main(["merge", str(tmp_path / "s.tsv")]) == 2
     assert "files do not hold one row per example of their TSVs" in one_line(capsys)

@@ -64,7 +64,7 @@ def test_summarize_radii_labels_and_sidecar(files):
     assert summarize(files[0], radii="0:0.5:0.25")[0].certified_accuracy.keys() == {0, 0.25, 0.5}
 
 
-def test_default_labels_are_the_run_folders_when_stems_repeat_or_are_generic(tmp_path, monkeypatch):
+def test_default_labels_are_the_names_or_the_run_folders_when_names_repeat(tmp_path, monkeypatch):
     p1 = _write(tmp_path / "run1" / "certify.tsv", A)
     p2 = _write(tmp_path / "run2" / "certify.tsv", B)
     assert [s.label for s in summarize([p1, p2])] == ["run1", "run2"]
@@ -75,6 +75,7 @@ def test_default_labels_are_the_run_folders_when_stems_repeat_or_are_generic(tmp
     assert [s.label for s in summarize([p1, p4])] == ["certify", "other"]
     p5 = _write(tmp_path / "run2" / "gauss.tsv", B)
     assert [s.label for s in summarize([p4, p5])] == ["other", "gauss"]  # distinct stems
+    assert [s.label for s in summarize([p1, p5])] == ["certify", "gauss"]  # distinct, one generic: still the names
     monkeypatch.chdir(tmp_path / "run1")
     assert [s.label for s in summarize(["certify.tsv"])] == ["run1"]    # relative path
 
@@ -135,8 +136,10 @@ def test_json_keys_exact(files):
     assert list(out) == ["files"] and len(out["files"]) == 2
     f = out["files"][0]
     assert {"path", "num_examples", "acr", "certified_accuracy"} <= set(f)
-    assert set(f) - {"path", "num_examples", "acr", "certified_accuracy"} <= {"label", "sigma"}
-    assert f["path"] == str(files[0]) and f["num_examples"] == 6
+    assert set(f) - {"path", "num_examples", "acr", "certified_accuracy"} <= {
+        "label", "sigma", "mode", "complete", "examples_done", "examples_planned"}
+    assert f["path"] == str(files[0]) and f["num_examples"] == f["examples_done"] == 6
+    assert f["complete"] is f["examples_planned"] is f["mode"] is None  # no sidecar
     assert f["acr"] == (0.1 + 0.3 + 0.6 + 1.2) / 6  # full precision
     assert list(f["certified_accuracy"]) == ["0.0", "0.5", "1.0"]
     assert f["certified_accuracy"]["0.5"] == pytest.approx(2 / 6)

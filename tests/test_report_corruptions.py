@@ -72,6 +72,8 @@ def cifar(tmp_path, small_benchmark):
                 _write(b / f"{name}-s{s}.tsv", rows, _meta("catrs", name, s))
     _write(a / "speckle_noise-s1.tsv", [(2.0, 1)] * 4, _meta("gaussian", "speckle_noise", 1))
     _write(a / "fog-s1.shard-0-of-2.tsv", [(9.0, 1)] * 4)  # a shard: skipped
+    # the samples file of a --sequential run of an earlier version (OUT.seq.tsv): skipped
+    (a / "fog-s2.tsv.seq.tsv").write_text("idx\tc_a\tsamples\tn\tn_a\tp_lower\tp_upper\tcapped\tdecisions\n")
     return [a, b]
 
 

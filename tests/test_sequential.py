@@ -306,7 +306,7 @@ def test_cli_sequential_writes_tsv_and_samples_and_resumes(trained, tmp_path, ca
     code, out, _ = _run(capsys, "analyze", full, "--json")
     assert "ACR is a lower bound" in json.loads(out)["notes"][0]
     res = read_certify_tsv(full)
-    seq = [ln.split("\t") for ln in (tmp_path / "full.tsv.seq.tsv").read_text().splitlines()]
+    seq = [ln.split("\t") for ln in (tmp_path / "full.tsv.seq").read_text().splitlines()]
     assert seq[0] == ["idx", "c_a", "samples", "n", "n_a", "p_lower", "p_upper", "capped", "decisions"]
     assert [int(r[0]) for r in seq[1:]] == res.idx.tolist() == [0, 1, 2, 3, 4]
     meta = json.loads((tmp_path / "full.tsv.json").read_text())
@@ -329,8 +329,9 @@ def test_cli_sequential_writes_tsv_and_samples_and_resumes(trained, tmp_path, ca
     # killed after 2 rows of OUT, with the 3rd example's samples row written and a torn line
     part = tmp_path / "part.tsv"
     lines = full.read_text().splitlines(keepends=True)
-    seq_lines = (tmp_path / "full.tsv.seq.tsv").read_text().splitlines(keepends=True)
+    seq_lines = (tmp_path / "full.tsv.seq").read_text().splitlines(keepends=True)
     part.write_text("".join(lines[:3]) + lines[3][:5])
+    # ... by an earlier version, which named the samples file OUT.seq.tsv: resuming renames it
     (tmp_path / "part.tsv.seq.tsv").write_text("".join(seq_lines[:4]) + seq_lines[4][:6])
     (tmp_path / "part.tsv.json").write_text(json.dumps({**meta, "complete": False}))
     code, out, _ = _run(capsys, "certify", "--checkpoint", trained, *SEQ, "--out", part)
@@ -340,7 +341,8 @@ def test_cli_sequential_writes_tsv_and_samples_and_resumes(trained, tmp_path, ca
         return [ln.split("\t")[:5] for ln in p.read_text().splitlines()]  # all but time
 
     assert rows(part) == rows(full)
-    assert (tmp_path / "part.tsv.seq.tsv").read_text() == (tmp_path / "full.tsv.seq.tsv").read_text()
+    assert (tmp_path / "part.tsv.seq").read_text() == (tmp_path / "full.tsv.seq").read_text()
+    assert not (tmp_path / "part.tsv.seq.tsv").exists()
     code, _, err = _run(capsys, "certify", "--checkpoint", trained, *SEQ[:2], "0.5", *SEQ[4:], "--out", part)
     assert code == 2 and "holds a run with radii=[0.25, 0.5], not [0.5]" in err
 
@@ -349,10 +351,10 @@ def test_cli_resume_with_a_lost_or_foreign_seq_file_is_a_one_line_error(trained,
     out = tmp_path / "s.tsv"
     argv = ["certify", "--checkpoint", trained, *SEQ[:-4], "--max", "2", "--out", out]
     assert _run(capsys, *argv)[0] == 0
-    seq, meta = tmp_path / "s.tsv.seq.tsv", json.loads((tmp_path / "s.tsv.json").read_text())
+    seq, meta = tmp_path / "s.tsv.seq", json.loads((tmp_path / "s.tsv.json").read_text())
     (tmp_path / "s.tsv.json").write_text(json.dumps({**meta, "complete": False}))  # killed after one row
     out.write_text("".join(out.read_text().splitlines(keepends=True)[:2]))
-    for damage, message in ((lambda: seq.unlink(), "s.tsv.seq.tsv (the samples and decisions of the examples "
+    for damage, message in ((lambda: seq.unlink(), "s.tsv.seq (the samples and decisions of the examples "
                                                    "in the TSV) is missing"),
                             (lambda: seq.write_text("idx\tradius\n0\t0.5\n"), "is not a sequential-certification file")):
         damage()
@@ -369,7 +371,7 @@ def test_cli_adaptive(trained, tmp_path, capsys):
     meta = json.loads((tmp_path / "a.tsv.json").read_text())
     assert meta["mode"] == "adaptive" and meta["radius_tol"] == 0.1 and meta["radii"] is None
     assert meta["futility"] == 0.01
-    seq = [ln.split("\t") for ln in (tmp_path / "a.tsv.seq.tsv").read_text().splitlines()[1:]]
+    seq = [ln.split("\t") for ln in (tmp_path / "a.tsv.seq").read_text().splitlines()[1:]]
     for r, row in zip(res.radius, seq):
         lower = float(row[5])
         assert r == pytest.approx(radius_of(lower, 0.25)) and int(row[3]) <= 2000 and row[8] == "-"

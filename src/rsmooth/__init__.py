@@ -4,29 +4,34 @@ Certify (Cohen, Rosenfeld, Kolter 2019, Certified Adversarial Robustness via Ran
 Smoothing, arXiv 1902.02918), train base classifiers (Gaussian, SmoothAdv, MACER, Consistency,
 SmoothMix, CAT-RS, ...), evaluate and reproduce the papers' tables.
 
-``Smooth``, ``create_model``, ``register_model``, ``get_dataset`` and ``load_model`` are imported
-on first use, so ``import rsmooth`` (and the command line's start) does not wait for PyTorch.
+``Smooth``, ``create_model``, ``register_model``, ``get_dataset``, ``load_model`` and the results'
+``summarize`` / ``records`` / ``analyze`` are imported on first use, so ``import rsmooth`` (and the
+command line's start) does not wait for PyTorch.
 """
 __version__ = "0.1.0"
 
-from typing import TYPE_CHECKING, Any, List  # noqa: E402
+import typing as _typing  # noqa: E402 (private: dir(rsmooth) and __all__ list only the API)
 
 from .errors import RsmoothError  # noqa: E402
 
 #: public name -> the module that defines it (imported on first access, PEP 562)
 _LAZY = {"Smooth": ".smoothing", "create_model": ".models", "register_model": ".models",
          "get_dataset": ".data", "load_model": ".engine.checkpoint"}
+# results as data: FileSummary objects, plain records (pandas.DataFrame(records(...))), the table text
+_LAZY.update({"summarize": ".report.summary", "records": ".report.summary", "FileSummary": ".report.summary",
+              "analyze": ".report.summary"})
 
 __all__ = ["__version__", "RsmoothError", *_LAZY]
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from .data import get_dataset
     from .engine.checkpoint import load_model
     from .models import create_model, register_model
+    from .report.summary import FileSummary, analyze, records, summarize
     from .smoothing import Smooth
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
@@ -36,5 +41,6 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def __dir__() -> List[str]:
-    return sorted(set(globals()) | set(_LAZY))
+def __dir__() -> _typing.List[str]:
+    """The public API and the submodules imported so far (no private or typing names)."""
+    return sorted({n for n in globals() if not n.startswith("_")} | set(__all__))

@@ -209,7 +209,7 @@ def _add_sequential_flags(p: argparse.ArgumentParser) -> None:
         "(--alpha covers every radius and every stop at once); an upper bound at level --futility only stops "
         "work on radii that --n-max samples would not certify. OUT keeps its columns (radius: the certified "
         "radius, 0 with predict -1 when none); each example's samples (n0 + n), bounds and decisions go to "
-        "OUT.seq.tsv")
+        "OUT.seq (tab-separated; runs of earlier versions wrote OUT.seq.tsv, renamed when resumed)")
     g.add_argument("--sequential", action="store_true",
                    help="decide robustness at each of --radii: robust at r once the lower bound on p_A "
                    "exceeds Phi(r/sigma), no once the upper bound is at most Phi(r/sigma), cap once even the "
@@ -233,6 +233,13 @@ def _add_sequential_flags(p: argparse.ArgumentParser) -> None:
                    help="with --sequential or --adaptive: level of the upper bound that gives up radii (or radius "
                    "gains) --n-max samples would not reach; the chance of giving up one they would reach is at "
                    "most 2 * BETA. Never affects a certificate's validity (default: 0.05; below 1/e)")
+
+
+def _add_heartbeat_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--heartbeat", type=float, metavar="SECONDS",
+                   help="where no progress bar is drawn (a log file, a SLURM job): a progress line (done/total, "
+                   "rate, samples/s, eta) every SECONDS, the first after at most 10 s; 0: none (default: "
+                   "$RSMOOTH_HEARTBEAT or 60)")
 
 
 def _sequential_options(args: argparse.Namespace) -> Dict[str, Any]:
@@ -458,6 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--compile", action="store_true", help="compile the noisy forward pass (torch.export + inductor with frozen weights; seconds to start, then faster; recorded in OUT.json)")
         c.add_argument("--out", required=True, help="output TSV")
         c.add_argument("--overwrite", action="store_true", help="replace --out instead of continuing it")
+        _add_heartbeat_flag(c)
         c.add_argument("--shard", metavar="I/K",
                        help="one of K independent jobs (a SLURM array, spot machines): certify every K-th "
                        "example of the subset from position I (I = 0..K-1) into OUT with .shard-I-of-K before "
@@ -516,6 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_arch_flags(tg, train=False)
     _add_common_data(tg)
     _add_foreign_flags(tg)
+    _add_heartbeat_flag(tg)
     tg.set_defaults(func=cmd_targets)
 
     # pipeline ---------------------------------------------------------------------------
@@ -717,7 +726,7 @@ def cmd_certify(args: argparse.Namespace) -> None:
                   batch_size=args.batch_size, start=args.start, skip=args.skip, max=args.max, shard=args.shard,
                   seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
                   data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
-                  trust_pickle=args.trust_pickle, model_options=_model_options(args))
+                  trust_pickle=args.trust_pickle, model_options=_model_options(args), heartbeat=args.heartbeat)
     dataset = args.dataset
     if args.corruption is None and args.severity is None and (
             dataset is None or not published_release(dataset)):
@@ -780,7 +789,7 @@ def cmd_targets(args: argparse.Namespace) -> None:
                           seed=args.seed, precision=args.precision, channels_last=args.channels_last,
                           data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
                           shard=args.shard, trust_pickle=args.trust_pickle, model_options=_model_options(args),
-                          train_subset=args.train_subset)
+                          train_subset=args.train_subset, heartbeat=args.heartbeat)
     if world().main:
         print(f"targets: {out}")
 
@@ -990,6 +999,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("RSMOOTH_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
+    from .progress import line_buffered_stdout
+
+    line_buffered_stdout()  # a SLURM log shows each line when it is printed
     terminated: List[int] = []
 
     def on_sigterm(signum: int, frame: Any) -> None:

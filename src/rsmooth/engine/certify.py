@@ -6,7 +6,7 @@ where it stopped (rows already in the TSV are skipped) and gives the same file, 
 (``shard=(I, K)``, or the ranks of a ``torchrun`` job) merge into that same file.
 Run metadata (sigma, n0, n, alpha, subset, precision, seed, checkpoint hash, versions) goes
 to the sidecar JSON so the TSV stays readable by every public codebase.  The sequential modes
-write what each example used (samples, bounds, decisions) to a second file, ``OUT.seq.tsv``.
+write what each example used (samples, bounds, decisions) to a second file, ``OUT.seq``.
 """
 from __future__ import annotations
 
@@ -19,20 +19,20 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..errors import RsmoothError, check
 from ..fileio import remove_stale_temps, run_lock
-from ..metrics import CertifyWriter, read_sidecar, sidecar_path, write_sidecar
+from ..metrics import (CertifyWriter, acr, certified_accuracy, read_certify_tsv, read_sidecar, sidecar_path,
+                       write_sidecar)
 from ..metrics.certify_io import TSV_HEADER
 from ..paths import check_output_file
 from ..smoothing import Smooth, max_certifiable_radius, validate_alpha, validate_count, validate_sigma
-from ..smoothing.sequential import (CONFIDENCE_SEQUENCE, FUTILITY, anytime_lower, radius_of,
-                                    validate_futility, validate_radii, validate_radius_tol,
-                                    validate_sequential_alpha)
+from ..smoothing.sequential import (CONFIDENCE_SEQUENCE, FUTILITY, largest_radius, validate_futility,
+                                    validate_radii, validate_radius_tol, validate_sequential_alpha)
 from . import distributed
 from .checkpoint import (file_sha256, git_commit, load_model, resolve_checkpoint_path, resolve_device,
                          versions)
 from .seeding import generator, validate_seed
-from .seqfile import SEQUENTIAL_MODES, SeqWriter, sequential_path
+from .seqfile import SEQUENTIAL_MODES, SeqWriter, adopt_legacy, sequential_path
 from .shards import identity_diff, merge_certify, parse_shard, shard_path, shard_share
-from ..progress import progress_bar
+from ..progress import Heartbeat, emit, heartbeat_interval, progress_bar
 
 #: how long a rank that finished its shard waits for the others, at least
 _MIN_WAIT = datetime.timedelta(minutes=30)
@@ -73,6 +73,7 @@ def run_certification(
     corruption_suite: Optional[str] = None,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    heartbeat: Optional[float] = None,
 ) -> Path:
     """Certify (or predict) the ``split`` examples ``start, start+skip, ...``, at most ``max``.
 
@@ -100,8 +101,12 @@ def run_certification(
     ``futility`` is the level of the upper bound that stops hopeless radii early);
     both draw at most ``n_max`` estimation samples (``n`` is unused) and write the TSV's
     ``radius`` as the certified radius (the largest robust one of ``radii``; 0 with predict -1
-    when none), and each example's samples, bounds and decisions to ``OUT.seq.tsv``.
+    when none), and each example's samples, bounds and decisions to ``OUT.seq``.
     Their failure probability alpha covers all radii and every stopping time at once.
+
+    Where no progress bar is drawn (a log file), a progress line is logged every ``heartbeat``
+    seconds (default ``$RSMOOTH_HEARTBEAT`` or 60; 0: none; :class:`~rsmooth.progress.Heartbeat`),
+    and every run ends with a one-line summary of ``out`` (:func:`summary_line`).
     """
     from ..data import certify_indices, get_dataset
     from ..smoothing import DEFAULT_BATCH_SIZE
@@ -130,6 +135,7 @@ def run_certification(
     max = None if max is None else validate_count("max", max)
     shard = None if shard is None else parse_shard(shard)
     seed = validate_seed(seed)
+    heartbeat = heartbeat_interval(heartbeat)
     if sigma is not None:
         sigma = validate_sigma(sigma)
     world, shard = distributed.rank_shard(shard, "certifies")
@@ -183,29 +189,66 @@ def run_certification(
             pred, radius = smooth.predict(x, n, alpha, batch_size, generator=g), 0.0
         return int(label), pred, radius, None
 
+    beat = {"progress": progress, "log": log, "heartbeat": heartbeat}
     if shard is None:
-        _certify_into(out_path, indices, meta, certify_one, overwrite, progress, log)
+        _certify_into(out_path, indices, meta, certify_one, overwrite, **beat)
+        emit(summary_line(out_path), log)
         return out_path
     shard_meta = {**meta, "shard": list(shard), "subset_size": len(indices),
                   "num_examples": len(shard_share(indices, shard))}
     if world.size == 1:
-        return _certify_into(shard_path(out_path, shard), shard_share(indices, shard), shard_meta,
-                             certify_one, overwrite, progress, log)
+        done = _certify_into(shard_path(out_path, shard), shard_share(indices, shard), shard_meta,
+                             certify_one, overwrite, **beat)
+        emit(summary_line(done), log)
+        return done
     with distributed.process_group(dev, timeout=datetime.timedelta(days=7)):
         if not overwrite and _finished(out_path, meta):
             log(f"{out_path} is already complete")
+            emit(summary_line(out_path), log)
             return out_path
         t0 = time.perf_counter()
         share = shard_share(indices, shard)
-        todo = _certify_into(shard_path(out_path, shard), share, shard_meta, certify_one, overwrite, progress,
-                             log, count_todo=True)
+        todo = _certify_into(shard_path(out_path, shard), share, shard_meta, certify_one, overwrite,
+                             count_todo=True, **beat)
         distributed.barrier(world, "the other ranks' shards",
                             timeout=_wait_for_others(time.perf_counter() - t0, todo, len(share)))
         if world.main:
             merge_certify(out_path, [shard_path(out_path, (r, world.size)) for r in range(world.size)],
                           overwrite=overwrite, log=log)
+            emit(summary_line(out_path), log)
         distributed.barrier(world, "rank 0's merge")  # every rank returns once OUT is there
     return out_path
+
+
+def summary_line(out: Union[str, Path]) -> str:
+    """One line on the certification in ``out`` (what a log's last line says): the examples, the
+    smoothed classifier's accuracy on them with its abstentions and, for certify, ACR; for
+    ``--sequential`` the certified accuracy at each decided radius, for ``--adaptive`` the largest
+    radius it can certify."""
+    res, meta = read_certify_tsv(out), read_sidecar(out) or {}
+    mode = meta.get("mode") or "certify"
+    name = _run_name(mode)
+    if res.n == 0:
+        return f"{name}: no examples in {out}"
+    pct = 100.0 * res.correct.mean()
+    abstained = int((res.predict < 0).sum())
+    if mode == "sequential":
+        radii = meta.get("radii") or []
+        accs = certified_accuracy(res.radius, res.correct, radii)
+        cells = [f"{100 * a:.1f}% at {'r = ' if k == 0 else ''}{r:g}" for k, (r, a) in enumerate(zip(radii, accs))]
+        return (f"{name}: {res.n} examples, certified accuracy {', '.join(cells)} ({abstained} not certified at "
+                f"any radius" + ("" if 0 in radii else "; add 0 to --radii for the smoothed accuracy") + ")")
+    line = f"{name}: {res.n} examples, smoothed accuracy {pct:.1f}% ({abstained} abstained)"
+    if mode != "predict":
+        line += f", ACR {acr(res.radius, res.correct):.3f}"
+    if mode == "adaptive" and all(isinstance(meta.get(k), (int, float)) for k in ("n_max", "alpha", "sigma")):
+        line += f"; certifiable radii up to {largest_radius(meta['n_max'], meta['alpha'], meta['sigma']):.3g}"
+    return line
+
+
+def _run_name(mode: str) -> str:
+    """How logs name a run of ``mode``: certify, predict, certify --sequential, certify --adaptive."""
+    return f"certify --{mode}" if mode in SEQUENTIAL_MODES else mode
 
 
 def _wait_for_others(seconds: float, done_here: int, share: int) -> Optional[datetime.timedelta]:
@@ -230,12 +273,16 @@ def _finished(out: Path, meta: dict) -> bool:
 
 
 def _certify_into(out_path: Path, indices: List[int], meta: dict, certify_one: Callable[[int], Tuple],
-                  overwrite: bool, progress: bool, log: Callable[[str], None], count_todo: bool = False):
+                  overwrite: bool, progress: bool, log: Callable[[str], None], count_todo: bool = False,
+                  heartbeat: Optional[float] = None):
     """Certify ``indices`` into ``out_path`` (continuing it when it holds the same run) under its
-    lock; returns ``out_path``, or the number of examples certified here if ``count_todo``."""
+    lock, with a progress bar or heartbeat lines; returns ``out_path``, or the number of examples
+    certified here if ``count_todo``."""
     mode = meta["mode"]
     with run_lock(Path(f"{out_path}.lock"), out_path):
         remove_stale_temps(out_path, sidecar_path(out_path), sequential_path(out_path))
+        if mode in SEQUENTIAL_MODES:
+            adopt_legacy(out_path)  # OUT.seq.tsv of an earlier version
         resume = out_path.exists() and not overwrite
         if resume:
             old = read_sidecar(out_path)
@@ -256,12 +303,18 @@ def _certify_into(out_path: Path, indices: List[int], meta: dict, certify_one: C
             todo = [i for i in indices if i not in writer.done_indices]
             if resume and writer.done_indices:
                 log(f"continuing {out_path}: {len(indices) - len(todo)} of {len(indices)} examples done")
+            shard = meta.get("shard")
+            desc = _run_name(mode) + ("" if shard is None else f" (shard {shard[0]}/{shard[1]})")
+            beat = Heartbeat(len(indices), desc=desc, done=len(indices) - len(todo), interval=heartbeat,
+                             enabled=progress, log=log)
+            fixed = {"certify": (meta.get("n0") or 0) + (meta.get("n") or 0), "predict": meta.get("n") or 0}
             for i in progress_bar(todo, desc=mode, enabled=progress):
                 t0 = time.perf_counter()
                 label, pred, radius, cert = certify_one(i)
-                if seq is not None:  # first, so every row of OUT has its row in OUT.seq.tsv
+                if seq is not None:  # first, so every row of OUT has its row in OUT.seq
                     seq.write(i, cert)
                 writer.write(i, label, pred, radius, pred == label, time.perf_counter() - t0)
+                beat.update(1, cert.samples if cert is not None else fixed.get(mode, 0))
         meta["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
         write_sidecar(out_path, {**meta, "complete": True})
     return len(todo) if count_todo else out_path
@@ -293,7 +346,7 @@ def _warn_small_n_max(n_max: int, alpha: float, sigma: float, radii: Optional[Se
                       log: Callable[[str], None]) -> None:
     """Say which radii no example can reach: with every one of n_max samples a vote for c_A, the
     anytime lower bound certifies at most sigma * Phi^-1(lower)."""
-    r_max = radius_of(float(anytime_lower(n_max, n_max, alpha)), sigma)
+    r_max = largest_radius(n_max, alpha, sigma)
     beyond = [r for r in radii or () if r >= r_max]
     if beyond or r_max <= 0:
         log(f"warning: with n_max={n_max} and alpha={alpha} the largest certifiable radius is {r_max:.4g}"

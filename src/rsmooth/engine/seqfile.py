@@ -1,4 +1,10 @@
-"""``OUT.seq.tsv``: what the sequential modes drew and decided per example, beside the TSV.
+"""``OUT.seq``: what the sequential modes drew and decided per example, beside the TSV.
+
+A tab-separated file named like the other side files of OUT (``OUT.json``, ``OUT.lock``), so that
+``*.tsv`` globs (``rsmooth analyze runs/*.tsv``, folders of corruption results) catch only
+certify TSVs.  Runs before that wrote ``OUT.seq.tsv`` (:func:`legacy_sequential_path`): resuming or
+merging them renames it; :func:`~rsmooth.metrics.certify_io.is_sequential_file` recognises such a
+file by its header.
 
 One row per example (:data:`SEQ_COLUMNS`): the class c_A the n0 samples selected, the samples
 drawn in all (n0 + n), the estimation samples n and votes n_a for c_A, the bounds on p_A at the
@@ -7,23 +13,38 @@ whether n_max was reached, and the decision at each radius (``-`` for --adaptive
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import List, Optional, Tuple, Union
 
 from ..errors import check
 from ..fileio import atomic_write_bytes, naming
+from ..metrics.certify_io import SEQ_COLUMNS
 from ..smoothing.sequential import SequentialCertificate
 
 #: the modes that draw samples until the answer is known (Smooth.certify_sequential / certify_adaptive)
 SEQUENTIAL_MODES = ("sequential", "adaptive")
-#: the columns of OUT.seq.tsv
-SEQ_COLUMNS = ("idx", "c_a", "samples", "n", "n_a", "p_lower", "p_upper", "capped", "decisions")
 _HEADER = "\t".join(SEQ_COLUMNS) + "\n"
 
 
 def sequential_path(out: Union[str, Path]) -> Path:
-    """The per-example file of a sequential run beside its TSV: ``OUT.seq.tsv``."""
+    """The per-example file of a sequential run beside its TSV: ``OUT.seq``."""
+    return Path(f"{out}.seq")
+
+
+def legacy_sequential_path(out: Union[str, Path]) -> Path:
+    """Where earlier versions wrote the per-example file: ``OUT.seq.tsv``."""
     return Path(f"{out}.seq.tsv")
+
+
+def adopt_legacy(out: Union[str, Path]) -> Path:
+    """The per-example file of ``out``, after renaming an ``OUT.seq.tsv`` of an earlier version to
+    ``OUT.seq`` when that is missing (call it under ``out``'s lock)."""
+    new, old = sequential_path(out), legacy_sequential_path(out)
+    if not new.exists() and old.is_file():
+        with naming(new):
+            os.replace(old, new)
+    return new
 
 
 def _idx(row: str) -> Optional[int]:

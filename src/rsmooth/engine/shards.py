@@ -19,7 +19,7 @@ from ..errors import RsmoothError, check
 from ..fileio import atomic_write_bytes, run_lock
 from ..metrics import read_certify_tsv, read_sidecar, sidecar_path, write_sidecar
 from ..metrics.certify_io import TSV_HEADER
-from .seqfile import SEQUENTIAL_MODES, seq_rows, sequential_path, write_seq_rows
+from .seqfile import SEQUENTIAL_MODES, adopt_legacy, legacy_sequential_path, seq_rows, sequential_path, write_seq_rows
 
 Shard = Tuple[int, int]
 #: sidecar fields that must agree for a run to continue an existing TSV, and for shards to merge
@@ -94,7 +94,7 @@ def merge_certify(out: Union[str, Path], shards: Optional[Sequence[Union[str, Pa
     from the same settings (the ``identity`` fields and the subset), and together hold every
     example of the subset exactly once.  ``out`` gets their rows sorted by idx, as a one-process
     run writes them, and a complete sidecar; both are written atomically (and so is
-    ``out.seq.tsv`` from the shards' for --sequential/--adaptive).  An existing ``out``
+    ``out.seq`` from the shards' for --sequential/--adaptive).  An existing ``out``
     from other settings is refused unless ``overwrite``.  The shard files are deleted after
     the merge unless ``keep``.
     """
@@ -141,7 +141,7 @@ def merge_certify(out: Union[str, Path], shards: Optional[Sequence[Union[str, Pa
                       started=min(str(m.get("started", "")) for _, m in metas),
                       finished=datetime.datetime.now().isoformat(timespec="seconds"))
         sequential = first.get("mode") in SEQUENTIAL_MODES
-        seq = sorted(row for p in paths for row in seq_rows(sequential_path(p))) if sequential else []
+        seq = sorted(row for p in paths for row in seq_rows(adopt_legacy(p))) if sequential else []
         check(not sequential or [i for i, _ in seq] == [i for i, _ in rows],
               f"the shards' {sequential_path(paths[0]).name} files do not hold one row per example of their TSVs; "
               f"rerun the shards' certify commands with --overwrite")
@@ -149,6 +149,7 @@ def merge_certify(out: Union[str, Path], shards: Optional[Sequence[Union[str, Pa
         write_sidecar(out, {**merged, "complete": False})
         if sequential:
             write_seq_rows(sequential_path(out), seq)
+            legacy_sequential_path(out).unlink(missing_ok=True)  # an earlier version's, now stale
         atomic_write_bytes(out, "".join([TSV_HEADER + "\n"] + [line for _, line in rows]).encode("utf-8"))
         write_sidecar(out, {**merged, "complete": True})
         if not keep:

@@ -39,7 +39,7 @@ import torch
 from ..errors import RsmoothError, check, first_line
 from ..fileio import atomic_write, atomic_write_bytes, naming, remove_stale_temps, run_lock
 from ..paths import check_output_file
-from ..progress import progress_bar
+from ..progress import Heartbeat, heartbeat_interval, progress_bar
 from ..smoothing import Smooth, validate_count, validate_sigma
 from .checkpoint import file_sha256, resolve_checkpoint_path, resolve_device, load_model, versions
 from . import distributed
@@ -79,6 +79,7 @@ def compute_targets(
     trust_pickle: bool = False,
     model_options: Optional[Dict[str, Any]] = None,
     train_subset: Optional[int] = None,
+    heartbeat: Optional[float] = None,
 ) -> Path:
     """Compute (or continue computing) the consistency targets of ``checkpoint``'s model.
 
@@ -100,6 +101,8 @@ def compute_targets(
             arch_kwargs, mean, std, num_classes) for a checkpoint that does not record its model.
         train_subset: targets of that many training examples (``rsmooth train --train-subset``,
             the same examples).
+        heartbeat: seconds between progress lines where no bar is drawn (a log file); default
+            ``$RSMOOTH_HEARTBEAT`` or 60, 0 for none (:class:`~rsmooth.progress.Heartbeat`).
     """
     from ..data import get_dataset
     from ..smoothing import DEFAULT_BATCH_SIZE
@@ -107,6 +110,7 @@ def compute_targets(
     num_samples = validate_count("num_samples", num_samples)
     batch_size = validate_count("batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size)
     seed = validate_seed(seed)
+    heartbeat = heartbeat_interval(heartbeat)
     shard = None if shard is None else parse_shard(shard)
     world, shard = distributed.rank_shard(shard, "computes")
     if not world.main:
@@ -136,12 +140,13 @@ def compute_targets(
 
     blocks = list(range((n + BLOCK - 1) // BLOCK))
     if shard is None:
-        return _compute(out_path, blocks, n, k, meta, votes, overwrite, progress, log, stop_after_blocks)
+        return _compute(out_path, blocks, n, k, meta, votes, overwrite, progress, log, stop_after_blocks,
+                        heartbeat=heartbeat)
     shard_meta = {**meta, "shard": list(shard), "num_rows": n}
     share = blocks[shard[0]::shard[1]]
     if world.size == 1:
         return _compute(shard_path(out_path, shard), share, n, k, shard_meta, votes, overwrite, progress, log,
-                        stop_after_blocks)
+                        stop_after_blocks, heartbeat=heartbeat)
     with distributed.process_group(dev, timeout=datetime.timedelta(days=7)):
         old = _read_meta(_meta_path(out_path))
         diff = [f for f in _IDENTITY if old is not None and old.get(f) != meta.get(f)]
@@ -153,7 +158,7 @@ def compute_targets(
                 log(f"{out_path} is already computed")
                 return out_path
         _compute(shard_path(out_path, shard), share, n, k, shard_meta, votes, overwrite, progress, log,
-                 stop_after_blocks)
+                 stop_after_blocks, heartbeat=heartbeat)
         distributed.barrier(world, "the other ranks' shards")
         if world.main:
             merge_targets(out_path, [shard_path(out_path, (r, world.size)) for r in range(world.size)],
@@ -173,7 +178,8 @@ def _block_rows(n: int, blocks: Sequence[int]) -> Tuple[List[int], int]:
 
 
 def _compute(out_path: Path, blocks: List[int], n: int, k: int, meta: dict, votes, overwrite: bool,
-             progress: bool, log: Callable[[str], None], stop_after_blocks: Optional[int]) -> Path:
+             progress: bool, log: Callable[[str], None], stop_after_blocks: Optional[int],
+             heartbeat: Optional[float] = None) -> Path:
     """Compute ``blocks`` (of the ``n`` training images) into ``out_path``: their rows, in block
     order, with partial files for resuming, under ``out_path``'s lock."""
     offsets, rows = _block_rows(n, blocks)
@@ -210,6 +216,9 @@ def _compute(out_path: Path, blocks: List[int], n: int, k: int, meta: dict, vote
         todo = [j for j in range(len(done)) if not done[j]]
         left = sum(min(BLOCK, n - blocks[j] * BLOCK) for j in todo)
         bar = progress_bar(total=rows, initial=rows - left, desc="targets", enabled=progress)
+        desc = "targets" if meta.get("shard") is None else f"targets (shard {meta['shard'][0]}/{meta['shard'][1]})"
+        beat = Heartbeat(rows, desc=desc, unit="images", done=rows - left, interval=heartbeat, enabled=progress,
+                         log=log)
         for i, j in enumerate(todo):
             if stop_after_blocks is not None and i >= stop_after_blocks:
                 return out_path
@@ -218,6 +227,7 @@ def _compute(out_path: Path, blocks: List[int], n: int, k: int, meta: dict, vote
             done[j] = 1
             files.write_done(done)
             bar.update(len(counts))
+            beat.update(len(counts), len(counts) * num_samples)
         bar.close()
         counts = np.load(files.partial, mmap_mode="r")
         freqs = (np.asarray(counts, dtype=np.float64) / num_samples).astype(np.float32)

@@ -38,6 +38,20 @@ TSV_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time")
 #: The header line of a certify TSV (without the newline).
 TSV_HEADER = "\t".join(TSV_COLUMNS)
 
+#: the columns of the per-example file of ``certify --sequential/--adaptive`` (``OUT.seq``)
+SEQ_COLUMNS = ("idx", "c_a", "samples", "n", "n_a", "p_lower", "p_upper", "capped", "decisions")
+
+
+def is_sequential_file(path: PathLike) -> bool:
+    """Whether ``path`` is the per-example file of a sequential run (by its header), such as the
+    ``OUT.seq.tsv`` of an earlier version that a ``*.tsv`` glob picked up."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.readline().rstrip("\r\n") == "\t".join(SEQ_COLUMNS)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 _TIMEDELTA_RE = re.compile(r"^(?:(-?\d+) days?, )?(\d+):(\d{2}):(\d{2}(?:\.\d+)?)$")
 
 

@@ -7,12 +7,13 @@ when a plot is drawn.  ``rsmooth analyze`` prints :func:`analyze`'s text, and
 from .corruptions import corruption_tables
 from .paper import PAPER_TABLES, TABLE_INFO, paper_table
 from .plots import plot_certified_accuracy, plot_corruptions
-from .summary import FileSummary, analyze, parse_radii, summarize, to_json
+from .summary import FileSummary, analyze, parse_radii, records, summarize, to_json
 from .tables import TABLE_FORMATS, TableFormat, format_table
 
 __all__ = [
     "FileSummary",
     "summarize",
+    "records",
     "format_table",
     "to_json",
     "plot_certified_accuracy",

@@ -28,6 +28,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 from ..corruptions import BENCHMARK, HELD_OUT
 from ..errors import RsmoothError, check
 from ..metrics import acr, certified_accuracy, read_certify_tsv, read_sidecar
+from ..metrics.certify_io import is_sequential_file
 from .paper import read_package_tsv
 from .summary import _distinct_suffixes, _sigma_from_meta
 from .tables import TableFormat, _latex_escape, _percent, check_format, note_lines
@@ -170,7 +171,7 @@ def _one(values: Sequence, what: str, folder: Path):
 
 def _read_folder(folder: Path) -> ModelResults:
     check(folder.is_dir(), f"{folder}: not a folder; give one folder of certify TSVs per model")
-    paths = sorted(p for p in folder.glob("*.tsv") if not _SHARD.search(p.stem))
+    paths = sorted(p for p in folder.glob("*.tsv") if not _SHARD.search(p.stem) and not is_sequential_file(p))
     check(bool(paths), f"{folder}: no certify TSVs (<corruption>-s<S>.tsv or <corruption>.tsv)")
     files = [_read_file(p) for p in paths]
     metas = [f.meta for f in files]

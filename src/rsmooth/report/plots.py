@@ -9,13 +9,13 @@ is used: no ``pyplot``, no global backend switch, no display needed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 
 from ..errors import RsmoothError
 from ..metrics import certified_accuracy
-from .summary import FileSummary, PathLike, _check_labels, file_bounds
+from .summary import FileSummary, PathLike, _check_labels, adaptive_limit, file_bounds
 
 RADIUS_LABEL = "radius (l2, [0,1] pixel units)"
 
@@ -54,7 +54,9 @@ def plot_certified_accuracy(summaries: Sequence[FileSummary], out: PathLike,
     (:func:`plot_format`: .png, .pdf or .svg; png without an extension).  Parent folders of
     ``out`` are created; returns its path.  Summaries made with ``ci`` get error bars at their
     radii: the Clopper-Pearson interval of each certified accuracy
-    (:func:`rsmooth.metrics.clopper_pearson_interval`).
+    (:func:`rsmooth.metrics.clopper_pearson_interval`).  Points a run did not decide are left
+    out (:func:`rsmooth.report.summary.decides`): a ``--sequential`` file is drawn as markers at its
+    radii only, an ``--adaptive`` curve ends at the largest radius it can certify.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -67,17 +69,25 @@ def plot_certified_accuracy(summaries: Sequence[FileSummary], out: PathLike,
     missing = [s.path for s in summaries if s.result is None]
     if missing:
         raise RsmoothError(f"{missing[0]}: summary has no rows to plot (use summarize())")
-    r_max = max(float(s.result.radius.max()) for s in summaries)
+    r_max = max(max([float(s.result.radius.max()), *_decided_radii(s)]) for s in summaries)
     x_max = 1.05 * r_max if r_max > 0 else 1.0
 
     fig = Figure(figsize=(6.4, 4.4))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     for i, (s, label) in enumerate(zip(summaries, labels)):
-        grid = _radius_grid(s.result.radius, s.result.correct, x_max)
-        acc = 100.0 * certified_accuracy(s.result.radius, s.result.correct, grid)
-        # acc is constant on (grid[i-1], grid[i]] and equals acc(grid[i]) there: "pre"
-        (line,) = ax.step(grid, acc, where="pre", label=label, linewidth=1.5)
+        radii = _decided_radii(s)
+        if radii:  # decided at these radii only
+            points = np.array([r for r in radii if r <= x_max])
+            acc = 100.0 * certified_accuracy(s.result.radius, s.result.correct, points)
+            (line,) = ax.plot(points, acc, marker="o", linestyle="none", label=label)
+        else:
+            grid = _radius_grid(s.result.radius, s.result.correct, x_max)
+            limit = adaptive_limit(s.meta)
+            grid = grid if limit is None else grid[grid <= limit]
+            acc = 100.0 * certified_accuracy(s.result.radius, s.result.correct, grid)
+            # acc is constant on (grid[i-1], grid[i]] and equals acc(grid[i]) there: "pre"
+            (line,) = ax.step(grid, acc, where="pre", label=label, linewidth=1.5)
         if s.ci:
             radii = np.array(list(s.ci))
             point = 100.0 * certified_accuracy(s.result.radius, s.result.correct, radii)
@@ -100,6 +110,11 @@ def plot_certified_accuracy(summaries: Sequence[FileSummary], out: PathLike,
     fig.tight_layout()
 
     return _save(fig, out, fmt)
+
+
+def _decided_radii(s: FileSummary) -> List[float]:
+    """The radii a ``--sequential`` file decided, sorted; [] for other files."""
+    return sorted(float(r) for r in (s.meta or {}).get("radii") or ()) if s.mode == "sequential" else []
 
 
 def _save(fig, out: Path, fmt: str) -> Path:

@@ -4,6 +4,8 @@ The numbers are the papers' table entries (Jeong et al. 2022, CAT-RS first versi
 qLqeb9AjD2o, Tables 1-2; Jeong & Shin 2020, Consistency, arXiv 2006.04062, Table 1): ACR and
 approximate certified accuracy at radii 0, 0.25, ... over all certified examples
 (:mod:`rsmooth.metrics`), and with ``ci`` their confidence bounds (:mod:`rsmooth.metrics.intervals`).
+As data: :class:`FileSummary` objects and plain records (:func:`records`); radii a run did not
+decide (:func:`decides`) and unfinished runs are marked, never shown as measurements.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -27,7 +29,7 @@ from ..metrics import (
     read_certify_tsv,
     read_sidecar,
 )
-from ..metrics.certify_io import CertifyResult
+from ..metrics.certify_io import CertifyResult, is_sequential_file
 from ..metrics.intervals import check_probability
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -43,6 +45,11 @@ class FileSummary:
     ``sigma`` and ``meta`` come from the sidecar JSON when there is one;
     ``result`` holds the rows (used to plot on a fine radius grid);
     ``ci`` maps radius -> :class:`rsmooth.metrics.AccuracyBounds` when summarized with ``ci``.
+    A radius the run did not decide (:meth:`decides`: one not in a ``--sequential`` run's radii, or
+    beyond what an ``--adaptive`` run can certify) maps to ``None`` and has no bounds.
+    ``complete`` is the sidecar's flag (``None`` without one) and ``examples_planned`` the examples
+    the run was started for: an unfinished run has ``complete is False`` and ``num_examples <
+    examples_planned``.  :meth:`to_dict` gives one flat record (:func:`records` for a list).
     """
 
     path: str
@@ -54,6 +61,68 @@ class FileSummary:
     meta: Optional[dict] = field(default=None, repr=False)
     result: Optional[CertifyResult] = field(default=None, repr=False, compare=False)
     ci: Optional[Dict[float, AccuracyBounds]] = field(default=None, repr=False)
+    complete: Optional[bool] = None
+    examples_planned: Optional[int] = None
+
+    @property
+    def mode(self) -> Optional[str]:
+        """certify, predict, sequential or adaptive, as the sidecar records it (None without one)."""
+        return (self.meta or {}).get("mode")
+
+    def decides(self, radius: float) -> bool:
+        """Whether the run measured the certified accuracy at ``radius`` (:func:`decides`)."""
+        return decides(self.meta, radius)
+
+    def to_dict(self) -> dict:
+        """One plain record (``pandas.DataFrame([s.to_dict() for s in summaries])`` works): label,
+        path, mode, dataset, method, sigma, n0, n, n_max, alpha (sidecar; None where unknown),
+        examples (done), examples_planned, complete, acr, then ``acc@<r>`` (fraction in [0, 1],
+        None where the run did not decide r) and, with ``ci``, ``acc@<r>_lo/_hi/_hp``."""
+        meta = self.meta or {}
+        record = {"label": self.label, "path": self.path, "mode": self.mode,
+                  **{k: meta.get(k) for k in ("dataset", "method")}, "sigma": self.sigma,
+                  **{k: meta.get(k) for k in ("n0", "n", "n_max", "alpha")},
+                  "examples": int(self.num_examples), "examples_planned": self.examples_planned,
+                  "complete": self.complete, "acr": float(self.acr)}
+        for r, a in self.certified_accuracy.items():
+            record[f"acc@{r:g}"] = a
+        for r, b in (self.ci or {}).items():
+            record.update({f"acc@{r:g}_lo": b.lo, f"acc@{r:g}_hi": b.hi, f"acc@{r:g}_hp": b.hp})
+        return record
+
+
+def records(summaries: Sequence[FileSummary]) -> List[dict]:
+    """The summaries as plain dicts (:meth:`FileSummary.to_dict`), e.g. for ``pandas.DataFrame``."""
+    return [s.to_dict() for s in summaries]
+
+
+def _same_radius(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def adaptive_limit(meta: Optional[dict]) -> Optional[float]:
+    """The largest radius an ``--adaptive`` run can certify (its n_max samples all votes for c_A;
+    :func:`rsmooth.smoothing.sequential.largest_radius`), or None for other runs."""
+    values = [_number_from_meta(meta, k) for k in ("n_max", "alpha", "sigma")]
+    if (meta or {}).get("mode") != "adaptive" or None in values:
+        return None
+    from ..smoothing.sequential import largest_radius
+
+    n_max, alpha, sigma = values
+    return largest_radius(int(n_max), alpha, sigma)
+
+
+def decides(meta: Optional[dict], radius: float) -> bool:
+    """Whether a run with sidecar ``meta`` measured the certified accuracy at ``radius``: a
+    ``--sequential`` run only at its ``radii`` (elsewhere each example counts at the largest radius
+    it was decided robust at, a lower bound; at 0 without 0 among them, not the smoothed accuracy),
+    an ``--adaptive`` run up to :func:`adaptive_limit` (beyond it nothing can be certified); any
+    other run everywhere."""
+    meta = meta or {}
+    if meta.get("mode") == "sequential" and meta.get("radii"):
+        return any(_same_radius(float(radius), float(d)) for d in meta["radii"])
+    limit = adaptive_limit(meta)
+    return limit is None or float(radius) <= limit + 1e-12
 
 
 def parse_radii(text: str) -> List[float]:
@@ -111,11 +180,12 @@ def _distinct_suffixes(parts: Sequence[Sequence[str]]) -> List[str]:
 
 
 def _default_labels(paths: Sequence[Path]) -> List[str]:
-    """File stems when they differ and none is generic (``certify``, ``predict``); else the run
-    folders (``runs/fm025/certify.tsv`` -> ``fm025``; more parent folders where those collide),
-    and the stems again (with folders where they collide) for files of one folder."""
+    """File stems when they differ (a single file: its stem unless generic, ``certify``,
+    ``predict``); else the run folders (``runs/fm025/certify.tsv`` -> ``fm025``; more parent
+    folders where those collide), and the shortest distinguishing ends of the paths for files of
+    one folder."""
     stems = [p.stem if p.suffix else p.name for p in paths]
-    if len(set(stems)) == len(stems) and not set(stems) & set(GENERIC_STEMS):
+    if len(set(stems)) == len(stems) and not (len(stems) == 1 and stems[0] in GENERIC_STEMS):
         return stems
     folders = _distinct_suffixes([p.absolute().parent.parts[1:] for p in paths])
     if len(set(folders)) == len(folders) and all(folders):
@@ -193,7 +263,8 @@ def summarize(paths: Sequence[PathLike], radii: Radii = None,
         radii: radii for the certified accuracy; default ``0, 0.25, ...`` up to the
             largest radius over all files (:func:`rsmooth.metrics.default_radii`).
         labels: one display label per file; default the file stems, or the run folders
-            where stems repeat or are generic (``runs/fm025/certify.tsv`` -> ``fm025``).
+            where stems repeat (``runs/fm025/certify.tsv`` -> ``fm025``; a lone generic
+            ``certify.tsv`` too).
         ci: a confidence level (``0.95``; ``True`` means 0.95) to also compute each file's
             :class:`rsmooth.metrics.AccuracyBounds` at each radius: the Clopper-Pearson interval
             over the test sample and, where the certificates' alpha is known, Cohen et al.'s
@@ -202,13 +273,15 @@ def summarize(paths: Sequence[PathLike], radii: Radii = None,
             (public codebases' TSVs); default: the sidecar's, and no high-probability bound without.
 
     Warns (``UserWarning``, one line) when a file is a ``predict`` run: it has no certified
-    radii, so its radius-0 column is the smoothed classifier's accuracy and its ACR is 0.
+    radii, so its radius-0 column is the smoothed classifier's accuracy and its ACR is 0; and
+    when a file is the per-example file of a sequential run (``OUT.seq.tsv`` of an earlier
+    version, caught by a ``*.tsv`` glob), which is skipped.  Radii a run did not decide
+    (:func:`decides`) get ``None``; without ``radii`` the columns include every radius a
+    ``--sequential`` file decided.
     """
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    paths = [Path(p) for p in paths]
-    if not paths:
-        raise RsmoothError("no result files given")
+    paths, labels, skipped = skip_side_files(paths, labels)
+    if skipped:
+        warnings.warn(side_file_note(skipped), UserWarning, stacklevel=2)
     labels = _check_labels(labels, len(paths)) or _default_labels(paths)
     level = _ci_level(ci)
     if alpha is not None:
@@ -219,22 +292,29 @@ def summarize(paths: Sequence[PathLike], radii: Radii = None,
         if res.n == 0:
             raise RsmoothError(f"{p}: no certified examples (header only)")
         results.append(res)
+    metas = [read_sidecar(p) for p in paths]
     values = _resolve_radii(radii)
     if values is None:
         max_radius = max(float(res.radius.max()) for res in results)
-        values = [float(r) for r in default_radii(max_radius)]
+        decided = {float(r) for m in metas if (m or {}).get("mode") == "sequential" for r in m.get("radii") or ()}
+        values = sorted({float(r) for r in default_radii(max_radius)} | decided)
     summaries = []
-    for p, label, res in zip(paths, labels, results):
-        meta = read_sidecar(p)
+    for p, label, res, meta in zip(paths, labels, results, metas):
         counts = certified_counts(res.radius, res.correct, values)
+        measured = [decides(meta, r) for r in values]
         bounds = None
         if level is not None:
             file_alpha = _file_alpha(p, meta, alpha)
-            bounds = {float(r): accuracy_bounds(int(k), res.n, level, file_alpha) for r, k in zip(values, counts)}
+            bounds = {float(r): accuracy_bounds(int(k), res.n, level, file_alpha)
+                      for r, k, ok in zip(values, counts, measured) if ok}
+        planned = (meta or {}).get("num_examples")
         summaries.append(FileSummary(
             path=str(p), label=label, num_examples=res.n, acr=acr(res.radius, res.correct),
-            certified_accuracy={float(r): float(k / res.n) for r, k in zip(values, counts)},
-            sigma=_sigma_from_meta(meta), meta=meta, result=res, ci=bounds))
+            certified_accuracy={float(r): float(k / res.n) if ok else None
+                                for r, k, ok in zip(values, counts, measured)},
+            sigma=_sigma_from_meta(meta), meta=meta, result=res, ci=bounds,
+            complete=None if meta is None or "complete" not in meta else bool(meta["complete"]),
+            examples_planned=planned if isinstance(planned, int) and not isinstance(planned, bool) else None))
     predict = [s.path for s, res in zip(summaries, results) if _is_predict_run(res, s.meta)]
     if predict:
         warnings.warn(f"{', '.join(predict)}: predict run(s) without certified radii in a certified-"
@@ -243,11 +323,57 @@ def summarize(paths: Sequence[PathLike], radii: Radii = None,
     return summaries
 
 
+def skip_side_files(paths: Union[PathLike, Sequence[PathLike]], labels: Optional[Sequence[str]] = None
+                    ) -> Tuple[List[Path], Optional[List[str]], List[Path]]:
+    """(paths, labels, skipped): ``paths`` without the per-example files of sequential runs
+    (``OUT.seq.tsv`` of earlier versions, which ``*.tsv`` globs catch), with the labels given
+    for them dropped too when there was one per path; one-line errors for no files left."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise RsmoothError("no result files given")
+    side = [is_sequential_file(p) for p in paths]
+    skipped = [p for p, s in zip(paths, side) if s]
+    if not skipped:
+        return paths, None if labels is None else list(labels), []
+    kept = [p for p, s in zip(paths, side) if not s]
+    if not kept:
+        raise RsmoothError(f"{skipped[0]} holds the per-example samples and decisions of a sequential run, not "
+                           f"certified radii; analyze its certify TSV ({_tsv_of(skipped[0])})")
+    if labels is not None and len(labels) == len(paths):
+        labels = [lab for lab, s in zip(labels, side) if not s]
+    return kept, None if labels is None else list(labels), skipped
+
+
+def _tsv_of(side_file: Path) -> Path:
+    name = side_file.name
+    return side_file.with_name(name[:-len(".seq.tsv")]) if name.endswith(".seq.tsv") else side_file
+
+
+def side_file_note(skipped: Sequence[Path]) -> str:
+    """What :func:`skip_side_files` left out, in one sentence."""
+    return (f"skipped {', '.join(map(str, skipped))}: the per-example samples and decisions of --sequential/"
+            f"--adaptive runs (their results are the certify TSVs beside them; this version names that file "
+            f"OUT.seq, which *.tsv does not match)")
+
+
+def incomplete_notes(summaries: Sequence[FileSummary]) -> List[str]:
+    """``label: incomplete: 2 of 20 examples`` for each file whose sidecar says it is unfinished."""
+    return [f"{s.label}: incomplete: {s.num_examples} of "
+            f"{s.examples_planned if s.examples_planned is not None else '?'} examples (stopped, or still running; "
+            f"rerun its certify command to finish it); its figures are over the examples done"
+            for s in summaries if s.complete is False]
+
+
 def to_json(summaries: Sequence[FileSummary]) -> dict:
     """``{"files": [{"path", "num_examples", "acr", "certified_accuracy": {"<radius>": fraction},
     "label", "sigma"}]}``; radius keys are ``str(float(r))`` (``"0.5"``), fractions in [0, 1],
-    all at full precision.  ``num_examples`` counts test examples (earlier versions called it
-    ``n``, the name the sidecar JSON uses for Monte Carlo samples).  Files summarized with ``ci``
+    all at full precision, ``null`` at radii the run did not decide (:func:`decides`).
+    ``num_examples`` counts test examples (earlier versions called it ``n``, the name the sidecar
+    JSON uses for Monte Carlo samples); ``mode``, ``complete`` (the sidecar's flag, null without
+    one), ``examples_done`` (= ``num_examples``) and ``examples_planned`` say whether the run is
+    finished.  Files summarized with ``ci``
     add ``"ci": {"level", "alpha", "wrong_certificates", "certified_accuracy": {"<radius>":
     {"count", "lo", "hi", "hp", "hp_population"}}}`` (:class:`rsmooth.metrics.AccuracyBounds`;
     ``alpha`` and the last three null where the certificates' alpha is unknown)."""
@@ -257,10 +383,14 @@ def to_json(summaries: Sequence[FileSummary]) -> dict:
             "path": s.path,
             "num_examples": int(s.num_examples),
             "acr": float(s.acr),
-            "certified_accuracy": {str(float(r)): float(a)
+            "certified_accuracy": {str(float(r)): None if a is None else float(a)
                                    for r, a in s.certified_accuracy.items()},
             "label": s.label,
             "sigma": s.sigma,
+            "mode": s.mode,
+            "complete": s.complete,
+            "examples_done": int(s.num_examples),
+            "examples_planned": s.examples_planned,
         }
         if s.ci:
             first = file_bounds(s)
@@ -299,15 +429,17 @@ def analyze(paths: Sequence[PathLike], radii: Radii = None, fmt: str = "markdown
         check_table_id(paper)
     if plot is not None:
         plot_format(plot)
+    paths, labels, skipped = skip_side_files(paths, labels)
     summaries = summarize(paths, radii=radii, labels=labels, ci=ci, alpha=alpha)
     if plot is not None:
         plot_certified_accuracy(summaries, plot)
     rows, paper_notes = paper_rows_for([s.meta for s in summaries], paper) if paper is not None else ([], [])
-    notes = sequential_notes(summaries)
+    notes = ([side_file_note(skipped)] if skipped else []) + incomplete_notes(summaries) + sequential_notes(summaries)
     if as_json:
         out = to_json(summaries)
-        if summaries[0].ci or notes:
-            out["notes"] = (ci_notes(summaries, "json") if summaries[0].ci else []) + notes
+        with_ci = [s for s in summaries if s.ci]  # a file may have no radius it decided
+        if with_ci or notes:
+            out["notes"] = (ci_notes(with_ci, "json") if with_ci else []) + notes
         if paper is not None:
             radii = _table_radii(summaries, None)
             out["paper"] = {"table": paper, "notes": paper_notes, "rows": [
@@ -320,11 +452,27 @@ def analyze(paths: Sequence[PathLike], radii: Radii = None, fmt: str = "markdown
 
 
 def sequential_notes(summaries: Sequence[FileSummary]) -> List[str]:
-    """What the figures of ``certify --sequential`` files mean: only the decided radii are exact."""
-    return [f"{s.label}: a --sequential run decided only radii {', '.join(f'{r:g}' for r in s.meta['radii'])}: "
-            f"certified accuracy is exact there; between them each example counts at the largest radius "
-            f"decided robust, so ACR is a lower bound (certify or --adaptive estimates every radius)."
-            for s in summaries if (s.meta or {}).get("mode") == "sequential" and s.meta.get("radii")]
+    """What the figures of ``certify --sequential`` and ``--adaptive`` files mean: only the radii
+    they decided are measured; the others are shown as not decided ('-', blank, null)."""
+    notes = []
+    for s in summaries:
+        undecided = [r for r, a in s.certified_accuracy.items() if a is None]
+        shown = f" ('-', csv: blank, json: null; here {', '.join(f'{r:g}' for r in undecided)})" if undecided else ""
+        if s.mode == "sequential" and s.meta.get("radii"):
+            radii = [float(r) for r in s.meta["radii"]]
+            notes.append(
+                f"{s.label}: a --sequential run decided only radii {', '.join(f'{r:g}' for r in radii)}: certified "
+                f"accuracy is exact there and not measured at other radii{shown}"
+                + ("" if any(r == 0 for r in radii) else "; add 0 to --radii for the smoothed classifier's clean "
+                   "accuracy")
+                + "; ACR is a lower bound (each example counts at the largest radius decided robust; certify or "
+                  "--adaptive estimates every radius).")
+        limit = adaptive_limit(s.meta)
+        if limit is not None and undecided:
+            notes.append(f"{s.label}: an --adaptive run with n_max {s.meta['n_max']} and alpha {s.meta['alpha']:g} "
+                         f"certifies no radius above {limit:.4g} (its bound when all n_max samples vote for c_A), "
+                         f"so it does not decide larger ones{shown}; raise --n-max to reach them.")
+    return notes
 
 
 def ci_notes(summaries: Sequence[FileSummary], fmt: str) -> List[str]:

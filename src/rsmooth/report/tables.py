@@ -11,6 +11,8 @@ Summaries made with ``ci`` (:func:`rsmooth.report.summarize`) show each certifie
 its confidence interval and high-probability lower bound, ``83.2 [80.1, 86.0] ≥ 82.8`` (bounds
 rounded outward), or in CSV as extra columns ``acc@<r>_lo``, ``acc@<r>_hi``, ``acc@<r>_hp`` at the
 end; notes under the table say what they mean (:func:`rsmooth.report.summary.ci_notes`).
+A radius the run did not decide (:func:`rsmooth.report.summary.decides`) is ``-`` (CSV: blank),
+and an unfinished run's ``examples`` reads ``2 of 20`` (CSV: 2), each explained by a note.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import csv
 import enum
 import io
 import math
-from typing import List, Sequence, TYPE_CHECKING
+from typing import List, Optional, Sequence, TYPE_CHECKING
 
 
 from ..errors import RsmoothError
@@ -55,28 +57,33 @@ def _radius_header(r: float) -> str:
     return s if float(s) == r else f"{r:g}"
 
 
-def _accuracy_at(s: FileSummary, radii: Sequence[float]) -> List[float]:
+def _accuracy_at(s: FileSummary, radii: Sequence[float]) -> List[Optional[float]]:
+    """Certified accuracy of ``s`` at ``radii`` (computed from its rows where it was summarized at
+    other radii); None where its run did not decide the radius (:meth:`FileSummary.decides`)."""
     missing = [r for r in radii if float(r) not in s.certified_accuracy]
     if missing and s.result is None:
         raise RsmoothError(f"{s.path}: no certified accuracy at radius {missing[0]} "
                            f"(summarize with these radii)")
     if missing:
         acc = certified_accuracy(s.result.radius, s.result.correct, radii)
-        return [float(a) for a in acc]
+        return [float(a) if s.decides(r) else None for r, a in zip(radii, acc)]
     return [s.certified_accuracy[float(r)] for r in radii]
 
 
-def _bounds_at(s: FileSummary, radii: Sequence[float]) -> List[AccuracyBounds]:
-    """``s.ci`` at ``radii``, computed from the rows (same level and alpha) where missing."""
-    missing = [r for r in radii if float(r) not in s.ci]
+def _bounds_at(s: FileSummary, radii: Sequence[float]) -> List[Optional[AccuracyBounds]]:
+    """``s.ci`` at ``radii``, computed from the rows (same level and alpha) where missing; None
+    where its run did not decide the radius."""
+    radii = [float(r) for r in radii]
+    missing = [r for r in radii if r not in s.ci and s.decides(r)]
     if not missing:
-        return [s.ci[float(r)] for r in radii]
+        return [s.ci.get(r) for r in radii]
     if s.result is None:
         raise RsmoothError(f"{s.path}: no confidence bounds at radius {missing[0]} "
                            f"(summarize with these radii)")
     first = file_bounds(s)
     counts = certified_counts(s.result.radius, s.result.correct, radii)
-    return [accuracy_bounds(int(k), s.num_examples, first.level, first.alpha) for k in counts]
+    return [accuracy_bounds(int(k), s.num_examples, first.level, first.alpha) if s.decides(r) else None
+            for r, k in zip(radii, counts)]
 
 
 def _ci_cell(percent: float, b: AccuracyBounds, fmt: "TableFormat") -> str:
@@ -145,15 +152,17 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
         row = [s.label]
         if with_sigma:
             row.append("" if s.sigma is None else repr(s.sigma) if full else f"{s.sigma:.2f}")
-        row += [str(int(s.num_examples)), repr(float(s.acr)) if full else f"{s.acr:.3f}"]
-        acc = [_percent(a, s.num_examples) for a in _accuracy_at(s, radii)]
+        row += [_examples_cell(s, full), repr(float(s.acr)) if full else f"{s.acr:.3f}"]
+        acc = [None if a is None else _percent(a, s.num_examples) for a in _accuracy_at(s, radii)]
         bounds = _bounds_at(s, radii) if s.ci else None
+        undecided = "" if full else UNDECIDED
         if bounds is not None and not full:
-            row += [_ci_cell(a, b, fmt) for a, b in zip(acc, bounds)]
+            row += [undecided if a is None else _ci_cell(a, b, fmt) for a, b in zip(acc, bounds)]
         else:
-            row += [repr(a) if full else f"{a:.1f}" for a in acc]
+            row += [undecided if a is None else repr(a) if full else f"{a:.1f}" for a in acc]
         if extra:
-            row += ([("" if x is None else repr(100.0 * x)) for b in bounds for x in (b.lo, b.hi, b.hp)]
+            row += ([("" if b is None or x is None else repr(100.0 * x)) for b in bounds
+                     for x in ((None,) * 3 if b is None else (b.lo, b.hi, b.hp))]
                     if bounds else [""] * len(extra))
         rows.append(row)
     ours = len(rows)
@@ -182,8 +191,8 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
     body = [[_latex_escape(row[0])] + row[1:] for row in rows]
     if ours > 1:
         for col in range(n_fixed, len(head)):
-            values = [float(row[col].split()[0]) for row in rows[:ours]]  # a ci cell starts with its value
-            best = max(values)
+            values = [_cell_value(row[col]) for row in rows[:ours]]
+            best = max((v for v in values if v is not None), default=0.0)
             if best > 0 and not math.isnan(best):
                 for row, v in zip(body, values):
                     if v == best:
@@ -207,6 +216,25 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
         *after[1:],
     ]
     return "\n".join(lines)
+
+
+#: the cell of a radius the run did not decide (markdown and LaTeX; blank in CSV)
+UNDECIDED = "-"
+
+
+def _examples_cell(s: FileSummary, full: bool) -> str:
+    """Test examples certified; ``2 of 20`` (markdown, LaTeX) for an unfinished run."""
+    if s.complete is False and s.examples_planned is not None and not full:
+        return f"{int(s.num_examples)} of {s.examples_planned}"
+    return str(int(s.num_examples))
+
+
+def _cell_value(cell: str) -> Optional[float]:
+    """The number a cell starts with (a ci cell: its value), None for a cell without one."""
+    try:
+        return float(cell.split()[0])
+    except (IndexError, ValueError):
+        return None
 
 
 def note_lines(notes: Sequence[str], fmt: TableFormat) -> str:

@@ -228,6 +228,12 @@ def radius_of(p: float, sigma: float) -> float:
     return float(sigma * max(norm.ppf(p), 0.0))
 
 
+def largest_radius(n_max: int, alpha: float, sigma: float) -> float:
+    """The largest radius the sequential modes can certify with ``n_max`` estimation samples: that
+    of the anytime lower bound when every sample is a vote for c_A."""
+    return radius_of(float(anytime_lower(n_max, n_max, alpha)), sigma)
+
+
 def radius_gain(bounds: Bounds, sigma: float) -> float:
     """How much the samples up to n_max could still raise the certified radius (with probability
     >= 1 - 2 beta): the radius of the projected lower bound minus that of the lower bound."""
