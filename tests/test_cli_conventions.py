@@ -84,7 +84,8 @@ def run025(tmp_path_factory):
 def test_certify_at_another_sigma_says_so_once(run025, tmp_path, capsys):
     capsys.readouterr()
     flags = ["--n", "100", "--max", "2", "--batch-size", "100"]
-    assert main(["certify", "--checkpoint", str(run025), *flags, "--sigma", "0.5", "--out", str(tmp_path / "a.tsv")]) == 0
+    assert main(["certify", "--checkpoint", str(run025), *flags, "--sigma", "0.5",
+                 "--out", str(tmp_path / "a.tsv")]) == 0
     err = capsys.readouterr().err
     assert err.count("rsmooth: warning: certifying at --sigma 0.5 a model trained at sigma 0.25") == 1, err
     for same in (["--sigma", "0.25"], []):  # the model's sigma, given or not: no warning
@@ -105,7 +106,8 @@ def test_certify_without_recorded_sigma_does_not_warn(tmp_path, capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for sigma, method in ((None, "gaussian"), (0.25, "standard"), (0.5, "gaussian")):
-            _warn_other_sigma(LoadedModel(nn.Identity(), "lenet", "digits", 10, sigma, tmp_path, {"method": method}), 0.5)
+            loaded = LoadedModel(nn.Identity(), "lenet", "digits", 10, sigma, tmp_path, {"method": method})
+            _warn_other_sigma(loaded, 0.5)
 
 
 class _Tiny(nn.Module):

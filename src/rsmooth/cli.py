@@ -157,7 +157,8 @@ def _add_arch_flags(p: argparse.ArgumentParser, train: bool) -> None:
     g.add_argument("--arch", metavar="NAME|MODULE:FACTORY",
                    help="default: " + ("the dataset's usual architecture" if train else "the checkpoint's"))
     g.add_argument("--arch-kwargs", type=_json_object, metavar="JSON",
-                   help="keyword arguments of a module:factory, a JSON object, e.g. '{\"width\": 64}' (default: none)")
+                   help="keyword arguments of a module:factory, a JSON object, e.g. '{\"width\": 64}' "
+                   "(default: none)")
     g.add_argument("--num-classes", type=_integer, help="number of logits (default: the dataset's classes)")
     if train:
         g.add_argument("--input-size", type=_integer, nargs=3, metavar=("C", "H", "W"),
@@ -167,7 +168,8 @@ def _add_arch_flags(p: argparse.ArgumentParser, train: bool) -> None:
                    help="per-channel mean in [0,1] pixel units: the model gets (x - mean) / std, for nets "
                    "trained on normalised images; sigma stays in pixel units (default: the dataset's "
                    "for built-in architectures, none for a module:factory, which then gets [0,1] pixels)")
-    g.add_argument("--std", type=float, nargs="+", metavar="S", help="per-channel std in [0,1] pixel units, with --mean (default: as for --mean)")
+    g.add_argument("--std", type=float, nargs="+", metavar="S",
+                   help="per-channel std in [0,1] pixel units, with --mean (default: as for --mean)")
 
 
 def _model_options(args: argparse.Namespace) -> Dict[str, Any]:

@@ -106,8 +106,8 @@ def caption(spec: TableSpec, budget: Budget, seeds: Sequence[int], train_sizes: 
                      + (f", at most {p['max']:,}" if p.get("max") else "") + ".")
     ours = (f"mean ± std (ddof 1) over {len(seeds)} seeds ({', '.join(map(str, seeds))})" if len(seeds) > 1
             else f"seed {seeds[0]}")
-    paper = (f"; paper: {'mean ± std over ' + str(spec.published_seeds) + ' seeds' if spec.published_seeds > 1 else 'one run'}; "
-             f"difference = ours - paper" if any(r.paper is not None for r in spec.rows) else "")
+    runs = f"mean ± std over {spec.published_seeds} seeds" if spec.published_seeds > 1 else "one run"
+    paper = f"; paper: {runs}; difference = ours - paper" if any(r.paper is not None for r in spec.rows) else ""
     lines.append(f"Ours: {ours}{paper}; certified accuracy in %.")
     return lines
 

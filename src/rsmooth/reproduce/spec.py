@@ -95,8 +95,9 @@ def _selection_title(spec: TableSpec, rows: Tuple[Row, ...]) -> str:
     labels = list(dict.fromkeys(r.label for r in rows))
     named = labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} and {labels[-1]}"
     sigmas = "/".join(f"{s:g}" for s in sorted({r.sigma for r in rows}))
-    return (f"{spec.reference or spec.id}: {named} at sigma {sigmas} ({', '.join(dict.fromkeys(r.dataset for r in rows))}), "
-            f"{len(rows)} of its {len(spec.rows)} rows, selected by --methods/--sigmas")
+    datasets = ", ".join(dict.fromkeys(r.dataset for r in rows))
+    return (f"{spec.reference or spec.id}: {named} at sigma {sigmas} ({datasets}), {len(rows)} of its "
+            f"{len(spec.rows)} rows, selected by --methods/--sigmas")
 
 
 def get_table(table_id: str) -> TableSpec:
