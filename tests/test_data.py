@@ -189,14 +189,15 @@ def test_dataset_info_needs_no_data(name):
 
 def test_dataset_info_constants():
     assert dataset_info("cifar10") == DatasetInfo(
-        "cifar10", 10, (3, 32, 32), (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
+        "cifar10", 10, (3, 32, 32), (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010), (50_000, 10_000))
     assert dataset_info("cifar100") == DatasetInfo(
-        "cifar100", 100, (3, 32, 32), (0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761))
+        "cifar100", 100, (3, 32, 32), (0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761), (50_000, 10_000))
     assert dataset_info("imagenet") == DatasetInfo(
-        "imagenet", 1000, (3, 224, 224), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-    assert dataset_info("digits") == DatasetInfo("digits", 10, (1, 8, 8), None, None)
+        "imagenet", 1000, (3, 224, 224), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), (1_281_167, 50_000))
+    assert dataset_info("digits") == DatasetInfo("digits", 10, (1, 8, 8), None, None, (1437, 360))
+    assert dataset_info("digits").sizes == (len(get_dataset("digits", "train")), len(get_dataset("digits", "test")))
     for name in ("mnist", "fashion-mnist"):
-        assert dataset_info(name) == DatasetInfo(name, 10, (1, 28, 28), None, None)
+        assert dataset_info(name) == DatasetInfo(name, 10, (1, 28, 28), None, None, (60_000, 10_000))
 
 
 def test_unknown_dataset_and_split():

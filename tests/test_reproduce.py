@@ -219,3 +219,113 @@ def test_table_over_seeds_against_numpy(tmp_path):
            "1 of 1 pairs ordered alike" in text
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["rows"][0]["seeds"]["1"]["acr"] == pytest.approx(np.mean(np.array(radii[("gaussian", 1)]) * correct))
+
+
+# ----------------------------------------------------------------------------- issue 20, item 16
+
+
+@pytest.fixture
+def no_data(tmp_path, monkeypatch):
+    """An empty data folder and no network: any attempt to read or fetch a dataset fails."""
+    import urllib.request
+
+    def offline(*args, **kwargs):
+        raise OSError("network disabled in this test")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    for var in ("RSMOOTH_DATA", "HOME", "XDG_CACHE_HOME"):
+        monkeypatch.setenv(var, str(tmp_path / "nothing"))
+    (tmp_path / "empty").mkdir()
+    return str(tmp_path / "empty")
+
+
+@pytest.mark.parametrize("table,subset", [("consistency:table1", 2500), ("catrs:table4", 3000)])
+def test_print_commands_and_collect_need_no_data(no_data, tmp_path, capsys, table, subset):
+    """The published sizes give --train-subset (5% of 50,000 / 60,000 at smoke), so a plan prints and
+    collects on a machine without the data."""
+    if table.startswith("consistency"):  # the data cannot be read here
+        from rsmooth.data import get_dataset
+        with pytest.raises(RsmoothError, match="could not download"):
+            get_dataset("cifar10", "train", data_dir=no_data)
+    out = str(tmp_path / "rep")
+    assert main(["reproduce", table, "--budget", "smoke", "--out", out, "--data-dir", no_data, "--print-commands"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count(f"--train-subset {subset} ") == printed.count("rsmooth train") + printed.count("rsmooth targets")
+    assert main(["reproduce", table, "--budget", "smoke", "--out", out, "--data-dir", no_data, "--collect"]) == 0
+    assert f"{subset:,} examples" in capsys.readouterr().out
+
+
+def _write_tsv(root, run, predict, label, radius):
+    from rsmooth.metrics import CertifyWriter, write_sidecar
+
+    tsv = root / "runs" / "fashion-mnist" / run / "seed0" / "certify.tsv"
+    tsv.parent.mkdir(parents=True)
+    with CertifyWriter(tsv) as w:
+        for i, (p, y, r) in enumerate(zip(predict, label, radius)):
+            w.write(i, y, p, r, p == y, 0.1)
+    write_sidecar(tsv, {"complete": True})
+
+
+def test_a_model_that_predicts_one_class_is_flagged(tmp_path):
+    labels = [k % 10 for k in range(20)]
+    _write_tsv(tmp_path, "gaussian_0.25", labels, labels, [0.5] * 20)  # a sound model
+    collapsed = [3] * 19 + [-1]  # class 3 for 19 of 20, the labels' class 3 only twice
+    _write_tsv(tmp_path, "stability_0.25", collapsed, labels, [0.9 if p == 3 else 0.0 for p in collapsed])
+    text = reproduce("catrs:table4", str(tmp_path), budget="small,train=1", methods=["gaussian", "stability"],
+                     sigmas=[0.25], collect=True)
+    rows = [ln for ln in text.splitlines() if "| ours" in ln]
+    assert "(constant †)" not in rows[0] and "| Stability | ours (constant †) |" in rows[1]
+    assert "Note: † constant: the model predicts one class for (nearly) all test examples" in text
+    assert "Stability sigma 0.25: class 3 for 95% of the examples (labels: 10%)" in text
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["rows"][0]["seeds"]["0"]["constant"] is None
+    assert res["rows"][1]["seeds"]["0"]["constant"] == {"class": 3, "share": 0.95, "label_share": 0.1}
+    from rsmooth.reproduce.render import constant_prediction  # labels mostly that class: no flag
+    assert constant_prediction(np.array([1] * 10), np.array([1] * 9 + [2])) is None
+
+
+def test_title_and_caption_describe_the_selection(tmp_path):
+    text = reproduce("catrs:table4", str(tmp_path / "a"), budget="smoke", methods=["gaussian"], sigmas=[0.25],
+                     collect=True)
+    title, budget_line = text.splitlines()[:2]
+    assert title == ("catrs:table4: Jeong, Kim, Shin 2023, Confidence-aware Training of Smoothed Classifiers for "
+                     "Certified Robustness, arXiv 2212.09000, Table 4: Gaussian at sigma 0.25 (fashion-mnist), 1 of "
+                     "its 21 rows, selected by --methods/--sigmas")
+    assert "seven" not in title and "consistency targets" not in budget_line and "difference = ours - paper" in text
+    text = reproduce("catrs:table4", str(tmp_path / "b"), budget="smoke", methods=["gaussian", "catrs"],
+                     sigmas=[0.5, 1.0], collect=True)
+    assert "Table 4: Gaussian and CAT-RS at sigma 0.5/1 (fashion-mnist), 4 of its 21 rows" in text.splitlines()[0]
+    assert "consistency targets x0.01 (fashion-mnist: 100 noises)" in text.splitlines()[1]
+    full = reproduce("rsmooth:digits", str(tmp_path / "c"), budget="paper", methods=["gaussian"], collect=True)
+    assert "Budget paper: the published protocol (schedules, full training sets, n)." in full
+    assert "; paper:" not in full and "difference" not in full and "Ours: seed 0; certified accuracy" in full
+
+
+def test_list_estimates_the_work_at_the_paper_budget(capsys):
+    """The passes of catrs:table4 counted by hand from its presets: epochs x 60,000 x the method's
+    passes per image, 60,000 x 10,000 target noises, 21 x 10,000 x (100 + 100,000) certification."""
+    from rsmooth.methods import create_method
+    from rsmooth.presets import preset_config
+    from rsmooth.reproduce.cost import ASSUMED_THROUGHPUT, estimate
+
+    per_image = {"gaussian": lambda h: 1, "stability": lambda h: 2, "consistency": lambda h: h["num_noise"],
+                 "macer": lambda h: h["num_noise"], "smoothadv": lambda h: h["num_noise"] * (h["num_steps"] + 1),
+                 "smoothmix": lambda h: h["num_noise"] * (h["num_steps"] + 2),
+                 "catrs": lambda h: h["num_noise"] * (h["num_steps"] + 2)}
+    spec = get_table("catrs:table4")
+    train = 0
+    for row in spec.rows:
+        _, cfg = preset_config(row.dataset, row.method, row.sigma)
+        hp = create_method(row.method, **{**cfg["hparams"], **row.hparams}).hparams()
+        train += cfg["epochs"] * 60_000 * per_image[row.method](hp)
+    work = estimate(spec, BUDGETS["paper"], [0])
+    assert work.train == train and work.targets == 60_000 * 10_000 and work.certify == 21 * 10_000 * 100_100
+    rate_train, rate_forward = ASSUMED_THROUGHPUT["lenet"]
+    assert work.gpu_hours == pytest.approx((train / rate_train + (work.targets + work.certify) / rate_forward) / 3600)
+    smoke = estimate(spec, parse_budget("smoke"), [0])  # the budget's commands: 1/30 epochs, 3,000 images, ...
+    assert smoke.targets == 3000 * 100 and smoke.certify == 21 * 100 * (100 + 1000)
+    assert main(["reproduce", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("    work at the paper budget, ") == len(__import__("rsmooth.reproduce", fromlist=["TABLES"]).TABLES.names())
+    assert "catrs:table12" in out and "work at the paper budget, 5 seeds: " in out
+    assert "GPU-hours assume one A100-class GPU" in out and "an ASSUMPTION, not a measurement" in out

@@ -157,7 +157,8 @@ def _add_arch_flags(p: argparse.ArgumentParser, train: bool) -> None:
     g.add_argument("--arch", metavar="NAME|MODULE:FACTORY",
                    help="default: " + ("the dataset's usual architecture" if train else "the checkpoint's"))
     g.add_argument("--arch-kwargs", type=_json_object, metavar="JSON",
-                   help="keyword arguments of a module:factory, a JSON object, e.g. '{\"width\": 64}'")
+                   help="keyword arguments of a module:factory, a JSON object, e.g. '{\"width\": 64}' "
+                   "(default: none)")
     g.add_argument("--num-classes", type=_integer, help="number of logits (default: the dataset's classes)")
     if train:
         g.add_argument("--input-size", type=_integer, nargs=3, metavar=("C", "H", "W"),
@@ -167,7 +168,8 @@ def _add_arch_flags(p: argparse.ArgumentParser, train: bool) -> None:
                    help="per-channel mean in [0,1] pixel units: the model gets (x - mean) / std, for nets "
                    "trained on normalised images; sigma stays in pixel units (default: the dataset's "
                    "for built-in architectures, none for a module:factory, which then gets [0,1] pixels)")
-    g.add_argument("--std", type=float, nargs="+", metavar="S", help="per-channel std, with --mean")
+    g.add_argument("--std", type=float, nargs="+", metavar="S",
+                   help="per-channel std in [0,1] pixel units, with --mean (default: as for --mean)")
 
 
 def _model_options(args: argparse.Namespace) -> Dict[str, Any]:
@@ -179,6 +181,13 @@ def _add_common_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", help="where datasets live or are downloaded to "
                    "(default: $RSMOOTH_DATA, then ~/.cache/rsmooth/data)")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
+
+
+def _batch_help() -> str:
+    from .smoothing import DEFAULT_BATCH_SIZE
+
+    return (f"noisy samples per forward pass (default: {DEFAULT_BATCH_SIZE}, within ~15%% of the best on CPU for "
+            f"LeNet and ResNet-20, see BENCHMARKS.md; a GPU may want more)")
 
 
 def _add_certify_options(p: argparse.ArgumentParser, mode: str) -> None:
@@ -196,7 +205,8 @@ def _add_certify_options(p: argparse.ArgumentParser, mode: str) -> None:
                    help="use every skip-th test example (Cohen: 20 for CIFAR-10, 100 for ImageNet; default: 1)")
     p.add_argument("--max", type=_integer, help="certify at most this many examples (default: all)")
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
-                   help="bf16: weights and noisy inputs in bfloat16 (faster on AMX CPUs; recorded in OUT.json)")
+                   help="bf16: weights and noisy inputs in bfloat16 (faster on AMX CPUs; recorded in OUT.json); "
+                   "default: fp32")
     p.add_argument("--channels-last", action="store_true", help="channels-last memory format (faster convolutions on CPU)")
 
 
@@ -222,7 +232,7 @@ def _add_sequential_flags(p: argparse.ArgumentParser) -> None:
                    "known exactly, whatever the stop")
     g.add_argument("--radii", type=float, nargs="+", metavar="R",
                    help="with --sequential: the l2 radii to decide, in [0,1] pixel units (e.g. 0.25 0.5 0.75; "
-                   "add 0 for the accuracy of the smoothed classifier)")
+                   "add 0 for the accuracy of the smoothed classifier; required with --sequential)")
     g.add_argument("--n-max", type=_integer,
                    help="with --sequential or --adaptive: cap on the estimation samples per example "
                    "(default: 100000)")
@@ -277,7 +287,9 @@ def _add_corruption_flags(p: argparse.ArgumentParser) -> None:
         "2212.09000, App. H-I)")
     g.add_argument("--corruption", metavar="NAME[,NAME...]|all|held-out",
                    help="corruption file name(s) as published (fog, shot_noise, ...), 'all' (the benchmark's 15) "
-                   "or 'held-out' (CIFAR-10-C's 4 validation corruptions); 'rsmooth list corruptions' lists them")
+                   "or 'held-out' (CIFAR-10-C's 4 validation corruptions); 'rsmooth list corruptions' lists them "
+                   "(default: none, the clean test set; 'all' for a published corrupted --dataset and for "
+                   "preview-corruptions)")
     g.add_argument("--severity", metavar="S[,S...]|all",
                    help="level 1-5 (CIFAR-C); default 'all': 1-5 for CIFAR-C, the published level for "
                    "MNIST-C, which has one per corruption")
@@ -460,8 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--sigma", type=float, help="noise level, std in [0,1] pixel units (default: the checkpoint's)")
         c.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE)
         _add_certify_options(c, name)
-        c.add_argument("--batch-size", type=_integer, help="noisy samples per forward pass (default: tuned, see BENCHMARKS.md)")
-        c.add_argument("--seed", type=int, default=0, help="noise seed; example i uses a stream derived from (seed, i)")
+        c.add_argument("--batch-size", type=_integer, help=_batch_help())
+        c.add_argument("--seed", type=int, default=0,
+                       help="noise seed; example i uses a stream derived from (seed, i) (default: 0)")
         c.add_argument("--compile", action="store_true", help="compile the noisy forward pass (torch.export + inductor with frozen weights; seconds to start, then faster; recorded in OUT.json)")
         c.add_argument("--out", required=True, help="output TSV")
         c.add_argument("--overwrite", action="store_true", help="replace --out instead of continuing it")
@@ -471,7 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "example of the subset from position I (I = 0..K-1) into OUT with .shard-I-of-K before "
                        "its suffix (certify.tsv -> certify.shard-0-of-4.tsv); rerun to continue it, then "
                        "'rsmooth merge OUT' joins the K shards into the file one job writes. Under torchrun "
-                       "each rank takes shard RANK/WORLD_SIZE and rank 0 merges by itself")
+                       "each rank takes shard RANK/WORLD_SIZE and rank 0 merges by itself (default: none, one "
+                       "job certifies the whole subset)")
         if name == "certify":
             _add_sequential_flags(c)
         _add_corruption_flags(c)
@@ -503,24 +517,26 @@ def build_parser() -> argparse.ArgumentParser:
                         "App. C.5): OUT (.npy, N x K) and OUT.json. Resumable: rerun to continue. " + UNITS)
     tg.add_argument("--checkpoint", required=True, help="a Gaussian-trained model (sigma 0.25 in the papers)")
     tg.add_argument("--dataset", choices=trainable, help="default: the checkpoint's")
-    tg.add_argument("--num-samples", type=_integer, default=10_000, help="noises per image (papers: 10000; ImageNet 500)")
+    tg.add_argument("--num-samples", type=_integer, default=10_000,
+                    help="noises per image (default: 10000 as the papers; theirs on ImageNet: 500)")
     tg.add_argument("--sigma", type=float, help="noise level, [0,1] pixel units (default: the checkpoint's)")
     tg.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE)
     tg.add_argument("--augment", action=argparse.BooleanOptionalAction, default=True,
                     help="on augmented training images drawn once, as the reference code (default), "
                     "or on the plain images (--no-augment)")
-    tg.add_argument("--batch-size", type=_integer, help="noisy samples per forward pass")
+    tg.add_argument("--batch-size", type=_integer, help=_batch_help())
     tg.add_argument("--train-subset", type=_integer, metavar="N",
                     help="targets of the N training examples 'rsmooth train --train-subset N' uses (default: all)")
-    tg.add_argument("--seed", type=int, default=0, help="seed of the noise and augmentation")
-    tg.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="see 'certify --help'")
+    tg.add_argument("--seed", type=int, default=0, help="seed of the noise and augmentation (default: 0)")
+    tg.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="see 'certify --help' (default: fp32)")
     tg.add_argument("--channels-last", action="store_true", help="channels-last memory format")
     tg.add_argument("--out", required=True, help="output .npy file")
     tg.add_argument("--overwrite", action="store_true", help="recompute even if --out exists")
     tg.add_argument("--shard", metavar="I/K",
                     help="one of K independent jobs: compute the blocks of 256 images b with b %% K == I into "
                     "OUT with .shard-I-of-K before its suffix (resumable); 'rsmooth merge OUT' joins the K "
-                    "shards into the file one job writes. Under torchrun each rank takes shard RANK/WORLD_SIZE")
+                    "shards into the file one job writes. Under torchrun each rank takes shard RANK/WORLD_SIZE "
+                    "(default: none, one job computes them all)")
     _add_arch_flags(tg, train=False)
     _add_common_data(tg)
     _add_foreign_flags(tg)
@@ -713,7 +729,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         print(f"{args.out} holds no run yet: starting it")
     result = train(train_config_from_args(args), args.out, resume=args.resume)
     if world().main:
-        print(f"checkpoint: {result.checkpoint}")
+        print(f"checkpoint: {result.checkpoint}{world().note}")
 
 
 def cmd_certify(args: argparse.Namespace) -> None:
@@ -747,7 +763,7 @@ def cmd_certify(args: argparse.Namespace) -> None:
             out = certify_corruptions(args.checkpoint, args.out, corruptions=args.corruption or "all",
                                       severities=args.severity, **common)
     if world().main:
-        print(f"results: {out}")
+        print(f"results: {out}{world().note}")
 
 
 def cmd_merge(args: argparse.Namespace) -> None:
@@ -791,7 +807,7 @@ def cmd_targets(args: argparse.Namespace) -> None:
                           shard=args.shard, trust_pickle=args.trust_pickle, model_options=_model_options(args),
                           train_subset=args.train_subset, heartbeat=args.heartbeat)
     if world().main:
-        print(f"targets: {out}")
+        print(f"targets: {out}{world().note}")
 
 
 def cmd_pipeline(args: argparse.Namespace) -> None:
@@ -901,6 +917,11 @@ def cmd_list(args: argparse.Namespace) -> None:
               f"'rsmooth show-preset NAME': settings):")
         for dataset, rest in by_dataset.items():
             print(_wrapped(dataset, rest))
+        from .corruptions import SUITES
+
+        print("corruptions by suite ('rsmooth list corruptions': severities, benchmarks, published sets):")
+        for suite in SUITES.values():
+            print(_wrapped(suite.name, list(suite.corruptions)))
 
 
 def _corruption_listing() -> str:
@@ -984,7 +1005,8 @@ def cmd_show_preset(args: argparse.Namespace) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     """Run one command and return its exit status.
 
-    0: done.  2: a problem the user fixes (bad input, a full or read-only disk, out of memory),
+    0: done (also 141, quietly, when stdout is a pipe closed early, as in ``rsmooth list | head``).
+    2: a problem the user fixes (bad input, a full or read-only disk, out of memory),
     told in one line ``rsmooth: error: ...``.  1: an internal error (a bug), also one line;
     ``--debug`` (anywhere in the arguments) or ``RSMOOTH_DEBUG=1`` shows its traceback instead.
     130 (Ctrl-C) and 143 (SIGTERM, what schedulers send before killing a job): the run stops as
@@ -1016,17 +1038,27 @@ def main(argv: Optional[List[str]] = None) -> int:
             warnings.showwarning = _show_warning
             args = build_parser().parse_args(argv)
             args.func(args)
+            sys.stdout.flush()  # here, so a closed pipe is handled below, not at the interpreter's exit
+    except SystemExit:  # --help, --version and usage errors: their text may meet a closed pipe too
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            if _silence_closed_stdout():
+                return 141
+        raise
     except KeyboardInterrupt:
         how = "terminated" if terminated else "interrupted"
         size = os.environ.get("WORLD_SIZE", "1")
-        if size not in ("", "1"):  # torchrun stops every rank when one fails; its report says which
-            print(f"rsmooth: rank {os.environ.get('RANK', '?')} of {size}: {how} (torchrun stops all ranks "
-                  f"when one fails; its report names the first); rerun the same torchrun command "
-                  f"(train: add --resume) to continue", file=sys.stderr)
+        if size not in ("", "1"):  # a signal, or torchrun stopping the ranks after one failed
+            from .torchrun import stop_line
+
+            print(stop_line(bool(terminated)), file=sys.stderr)
         else:
             print(f"rsmooth: {how}; rerun the same command (train: add --resume) to continue", file=sys.stderr)
         return 143 if terminated else 130
     except Exception as e:
+        if isinstance(e, BrokenPipeError) and _silence_closed_stdout():
+            return 141  # quietly, as a tool that SIGPIPE ends (128 + 13): 'rsmooth list | head' is no error
         if debug:
             raise
         code, message = _explain(e)
@@ -1036,6 +1068,26 @@ def main(argv: Optional[List[str]] = None) -> int:
         if handle_signals:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
     return 0
+
+
+def _silence_closed_stdout() -> bool:
+    """Whether stdout is a pipe whose reader is gone (``rsmooth list | head``); if so, point it at
+    /dev/null so that nothing more fails on it (Python's docs, "Note on SIGPIPE")."""
+    import os
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        if not any(events & select.POLLERR for _, events in poller.poll(0)):  # the write end of a
+            return False  # pipe polls POLLERR once its read end is closed
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # no file descriptor (captured), no poll
+        return False
+    return True
 
 
 def _show_warning(message: Any, category: Any, filename: str, lineno: int, file: Any = None,

@@ -63,7 +63,9 @@ class DatasetInfo:
     ``input_shape`` is (C, H, W) of the tensors the dataset yields; ``mean``/``std``
     are the per-channel normalisation constants of the public checkpoints (Cohen et al. 2019
     and the later codebases),
-    or ``None`` where no normalisation is used (digits and the MNIST family).
+    or ``None`` where no normalisation is used (digits and the MNIST family).  ``sizes`` is
+    (training, test) examples of the published release (None where there is none), so that plans
+    and cost estimates need no data on disk.
     """
 
     name: str
@@ -71,6 +73,7 @@ class DatasetInfo:
     input_shape: Tuple[int, int, int]
     mean: Optional[Tuple[float, ...]] = None
     std: Optional[Tuple[float, ...]] = None
+    sizes: Optional[Tuple[int, int]] = None
 
 
 #: Name -> :class:`Dataset` subclass (each has a class attribute ``info`` and a

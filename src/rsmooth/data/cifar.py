@@ -359,11 +359,13 @@ class _Cifar(InMemoryDataset):
 class CIFAR10(_Cifar):
     """CIFAR-10: 50,000 / 10,000 colour images, 3x32x32, 10 classes."""
 
-    info = DatasetInfo("cifar10", 10, (3, 32, 32), (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
+    info = DatasetInfo("cifar10", 10, (3, 32, 32), (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010),
+                       sizes=(50_000, 10_000))
 
 
 @DATASETS.register("cifar100")
 class CIFAR100(_Cifar):
     """CIFAR-100: 50,000 / 10,000 colour images, 3x32x32, 100 fine classes."""
 
-    info = DatasetInfo("cifar100", 100, (3, 32, 32), (0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761))
+    info = DatasetInfo("cifar100", 100, (3, 32, 32), (0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761),
+                       sizes=(50_000, 10_000))

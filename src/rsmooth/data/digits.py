@@ -34,7 +34,7 @@ def _split_indices(labels: np.ndarray, split: str) -> np.ndarray:
 class Digits(InMemoryDataset):
     """scikit-learn's ``load_digits`` as a 1x8x8 dataset in [0, 1] (float32 in memory)."""
 
-    info = DatasetInfo("digits", 10, (1, 8, 8), None, None)
+    info = DatasetInfo("digits", 10, (1, 8, 8), None, None, sizes=(1437, 360))
 
     @classmethod
     def load(cls, split: str, data_dir: Optional[PathLike] = None, download: bool = True) -> "Digits":

@@ -75,7 +75,8 @@ def _scan(split_dir: Path, classes: Sequence[str]) -> List[Tuple[str, int]]:
 class ImageNet(Dataset):
     """ImageNet class folders; images decoded per access (``get_batch`` loops over them)."""
 
-    info = DatasetInfo("imagenet", 1000, (3, CROP, CROP), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    info = DatasetInfo("imagenet", 1000, (3, CROP, CROP), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225),
+                       sizes=(1_281_167, 50_000))  # ILSVRC2012 train and validation
 
     def __init__(self, split: str, split_dir: Path, classes: Sequence[str], samples: Sequence[Tuple[str, int]]) -> None:
         info = DatasetInfo(self.info.name, len(classes), self.info.input_shape, self.info.mean, self.info.std)

@@ -185,11 +185,11 @@ class _MnistFamily(InMemoryDataset):
 class MNIST(_MnistFamily):
     """MNIST (LeCun et al. 1998): 60,000 / 10,000 handwritten digits, 1x28x28."""
 
-    info = DatasetInfo("mnist", 10, (1, 28, 28), None, None)
+    info = DatasetInfo("mnist", 10, (1, 28, 28), None, None, sizes=(60_000, 10_000))
 
 
 @DATASETS.register("fashion-mnist")
 class FashionMNIST(_MnistFamily):
     """Fashion-MNIST (Xiao et al. 2017): 60,000 / 10,000 Zalando articles, 1x28x28."""
 
-    info = DatasetInfo("fashion-mnist", 10, (1, 28, 28), None, None)
+    info = DatasetInfo("fashion-mnist", 10, (1, 28, 28), None, None, sizes=(60_000, 10_000))

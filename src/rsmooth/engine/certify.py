@@ -14,7 +14,7 @@ import contextlib
 import datetime
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 
 from ..errors import RsmoothError, check
@@ -146,6 +146,8 @@ def run_certification(
     if shard is not None:
         _check_out(str(shard_path(out, shard)), resolve_checkpoint_path(checkpoint), overwrite)
     loaded = load_model(checkpoint, dataset=dataset, trust_pickle=trust_pickle, **(model_options or {}))
+    if sigma is not None and world.main:
+        _warn_other_sigma(loaded, sigma)
     sigma = validate_sigma(sigma if sigma is not None else _require_sigma(loaded))
     if mode == "certify":
         _warn_small_n(n, alpha, sigma, log)
@@ -352,6 +354,29 @@ def _warn_small_n_max(n_max: int, alpha: float, sigma: float, radii: Optional[Se
         log(f"warning: with n_max={n_max} and alpha={alpha} the largest certifiable radius is {r_max:.4g}"
             + (f", so radii {', '.join(f'{r:g}' for r in beyond)} are never certified" if beyond else "")
             + "; raise --n-max")
+
+
+#: (checkpoint, trained sigma, sigma) already warned about: a folder of corruptions certifies one
+#: model at one sigma many times, and says so once
+_WARNED_SIGMA: Set[Tuple[str, float, float]] = set()
+
+
+def _warn_other_sigma(loaded, sigma: float) -> None:
+    """Warn, once per process and model, when ``sigma`` is not the noise the model was trained with;
+    silent when the checkpoint records none, or records only certify's default (``--method
+    standard`` trains without noise)."""
+    import math
+    import warnings
+
+    trained = loaded.sigma
+    key = (str(loaded.path), trained, sigma)
+    if (trained is None or loaded.meta.get("method") == "standard" or math.isclose(trained, sigma)
+            or key in _WARNED_SIGMA):
+        return
+    _WARNED_SIGMA.add(key)
+    warnings.warn(f"certifying at --sigma {sigma:g} a model trained at sigma {trained:g} ({loaded.path}): "
+                  f"the certificate holds for sigma {sigma:g}, but a model is usually much weaker at a noise "
+                  f"it was not trained for; drop --sigma to use {trained:g}")
 
 
 def _require_sigma(loaded) -> float:

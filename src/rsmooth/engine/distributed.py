@@ -3,10 +3,10 @@
 ``torchrun`` starts one process per device and tells each its place in environment variables
 (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``).  :func:`world`
 reads them (a plain process is rank 0 of 1); :func:`process_group` joins the job's process
-group (NCCL on CUDA, gloo on CPU) for the length of a run and leaves it after, and is a no-op
-in a plain process, so the same code runs with and without ``torchrun``.  Collectives go
-through :func:`barrier`, which turns a rank that died or hangs into a one-line
-:class:`~rsmooth.errors.RsmoothError` saying what to rerun.
+group (NCCL on CUDA, gloo on CPU) for the length of a run and leaves it after (rank 0 prints
+how many processes joined), and is a no-op in a plain process, so the same code runs with and
+without ``torchrun``.  Collectives go through :func:`barrier`, which turns a rank that died or
+hangs into a one-line :class:`~rsmooth.errors.RsmoothError` saying what to rerun.
 """
 from __future__ import annotations
 
@@ -42,6 +42,11 @@ class World:
 
     def __str__(self) -> str:
         return f"rank {self.rank} of {self.size}"
+
+    @property
+    def note(self) -> str:
+        """`` (2 processes)`` for a summary line under torchrun; empty in a plain process."""
+        return f" ({self.size} processes)" if self.size > 1 else ""
 
 
 def quiet(message: str) -> None:
@@ -100,11 +105,15 @@ def process_group(dev: torch.device, timeout: datetime.timedelta = datetime.time
     check(dist.is_available(), "this PyTorch build has no torch.distributed; run without torchrun")
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
+    backend = "nccl" if dev.type == "cuda" else "gloo"
     try:
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", timeout=timeout,
-                                **({"device_id": dev} if dev.type == "cuda" else {}))
+        dist.init_process_group(backend, timeout=timeout, **({"device_id": dev} if dev.type == "cuda" else {}))
     except (RuntimeError, ValueError) as e:
         raise RsmoothError(f"{w}: cannot join the torchrun job ({first_line(e)}); {RERUN}") from None
+    if w.main:  # the one line that says how many processes run (one process group per command)
+        from ..torchrun import processes
+
+        print(processes(w.size, backend, dev.type), flush=True)
     try:
         yield w
     except BaseException as e:  # the frames it unwound may hold DistributedDataParallel (see there)

@@ -24,7 +24,9 @@ __all__ = ["BUDGETS", "TABLES", "Budget", "Row", "Step", "TableSpec", "get_table
 
 
 def list_tables() -> str:
-    """What ``rsmooth reproduce --list`` prints: each table, what it trains and what it needs."""
+    """What ``rsmooth reproduce --list`` prints: each table, what it trains, what it needs and the
+    work at the paper budget (:mod:`rsmooth.reproduce.cost`)."""
+    from .cost import assumption, describe, estimate
     from .plan import needs_targets
 
     out = []
@@ -32,12 +34,15 @@ def list_tables() -> str:
         spec = get_table(table_id)
         targets = any(needs_targets(r) for r in spec.rows)
         sigmas = sorted({r.sigma for r in spec.rows})
+        seeds = spec.published_seeds
         out.append(f"{table_id}: {spec.title}\n    trains {len(spec.rows)} models per seed "
                    f"({len({r.method for r in spec.rows})} methods, sigma {', '.join(f'{s:g}' for s in sigmas)})"
                    + (" + the sigma0 = 0.25 Gaussian model's consistency targets" if targets else "")
                    + f"; data: {', '.join(spec.datasets)}"
-                   + (f"; not reproduced: {len(spec.not_reproduced)} printed rows" if spec.not_reproduced else ""))
-    return "\n".join(out)
+                   + (f"; not reproduced: {len(spec.not_reproduced)} printed rows" if spec.not_reproduced else "")
+                   + f"\n    work at the paper budget, {seeds} seed{'s' * (seeds > 1)}: "
+                   + describe(estimate(spec, BUDGETS["paper"], list(range(seeds)))))
+    return "\n".join(out + [assumption()])
 
 
 def _check_folder(out: Path, spec: TableSpec, budget: Budget) -> None:

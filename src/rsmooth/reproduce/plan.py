@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ..errors import RsmoothError
 from ..engine.pipeline import SIGMA0
 from ..presets import preset_config
-from .spec import Budget, Row, TableSpec, budget_protocol, scaled, target_samples
+from .spec import Budget, Row, TableSpec, budget_protocol, scaled, split_size, target_samples
 
 #: method hyperparameters counted in epochs, scaled with the schedule
 EPOCH_HPARAMS = ("warmup", "eps_double_epoch")
@@ -91,11 +91,11 @@ def train_argv(dataset: str, method: str, sigma: float, hparams: Dict[str, Any],
 
 
 def _train_sizes(spec: TableSpec, budget: Budget, data_dir: Optional[str]) -> Dict[str, Optional[int]]:
+    """``--train-subset`` of each dataset under ``budget`` (None: all), from the published sizes,
+    so that printing or collecting a plan needs no data."""
     if budget.train >= 1:
         return {d: None for d in spec.datasets}
-    from ..data import get_dataset
-
-    return {d: scaled(len(get_dataset(d, "train", data_dir=data_dir)), budget.train) for d in spec.datasets}
+    return {d: scaled(split_size(d, "train", data_dir), budget.train) for d in spec.datasets}
 
 
 def plan(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path, *, data_dir: Optional[str] = None,

@@ -26,9 +26,28 @@ def row_results(spec: TableSpec, out: Path, seeds: Sequence[int]) -> List[Dict[i
                 res = read_certify_tsv(tsv)
                 acc = certified_accuracy(res.radius, res.correct, list(spec.radii)) * 100
                 per_seed[seed] = {"acr": acr(res.radius, res.correct), "examples": res.n,
-                                  "accuracy": {float(r): float(a) for r, a in zip(spec.radii, acc)}}
+                                  "accuracy": {float(r): float(a) for r, a in zip(spec.radii, acc)},
+                                  "constant": constant_prediction(res.predict, res.label)}
         results.append(per_seed)
     return results
+
+
+#: a model whose smoothed classifier gives one class for at least this share of the test examples
+#: has collapsed to a constant (a short budget's failure), unless the labels are that class as often
+CONSTANT_SHARE = 0.9
+
+
+def constant_prediction(predict: np.ndarray, label: np.ndarray) -> Optional[Dict[str, Any]]:
+    """``{"class", "share", "label_share"}`` when one class is predicted for (nearly) all examples
+    (:data:`CONSTANT_SHARE`) though the labels are that class far less often (at most half); else None."""
+    votes = predict[predict >= 0]
+    if not len(predict) or not len(votes):
+        return None
+    top = int(np.bincount(votes).argmax())
+    share, label_share = float(np.mean(predict == top)), float(np.mean(label == top))
+    if share < CONSTANT_SHARE or label_share > 0.5:
+        return None
+    return {"class": top, "share": share, "label_share": label_share}
 
 
 def _stats(values: List[float]) -> tuple:
@@ -61,19 +80,25 @@ def _schedule_note(spec: TableSpec, budget: Budget) -> str:
 
 def caption(spec: TableSpec, budget: Budget, seeds: Sequence[int], train_sizes: Dict[str, Optional[int]]) -> List[str]:
     """The lines above the table: what it is, the budget (never mistaken for the paper's), the
-    protocol and the seeds."""
+    protocol and the seeds; the consistency targets only where a row uses them (CAT-RS), the
+    published values only where a row has them."""
+    from .plan import needs_targets
+
     lines = [f"{spec.id}: {spec.title}"]
+    target_datasets = list(dict.fromkeys(r.dataset for r in spec.rows if needs_targets(r)))
     if budget.is_paper:
-        lines.append("Budget paper: the published protocol (schedules, full training sets, consistency targets, n).")
+        lines.append(f"Budget paper: the published protocol (schedules, full training sets"
+                     f"{', consistency targets' if target_datasets else ''}, n).")
     else:
         sizes = "; ".join(f"{d} {n:,} examples" for d, n in train_sizes.items() if n)
+        targets = (f"consistency targets x{budget.targets:.3g} "
+                   f"({', '.join(f'{d}: {target_samples(d, budget):,} noises' for d in target_datasets)}), "
+                   if target_datasets else "")
         lines.append(
             f"Budget {budget.name}, REDUCED, not the paper's protocol: epochs x{budget.epochs:.3g} "
             f"({_schedule_note(spec, budget)}, lr steps and warm-ups alike), training set x{budget.train:.3g} "
-            f"({sizes or 'all'}), consistency targets x{budget.targets:.3g} "
-            f"({', '.join(f'{d}: {target_samples(d, budget):,} noises' for d in spec.datasets)}), "
-            f"CERTIFY n x{budget.n:.3g}, test examples x{budget.test:.3g}; the training runs evaluate "
-            f"the test set after their last epoch only.")
+            f"({sizes or 'all'}), {targets}CERTIFY n x{budget.n:.3g}, test examples x{budget.test:.3g}; "
+            f"the training runs evaluate the test set after their last epoch only.")
     for d in spec.datasets:
         p = budget_protocol(spec.protocol(d), budget)
         which = f"every {p['skip']}th test example" if p["skip"] > 1 else "every test example"
@@ -82,8 +107,9 @@ def caption(spec: TableSpec, budget: Budget, seeds: Sequence[int], train_sizes: 
                      + (f", at most {p['max']:,}" if p.get("max") else "") + ".")
     ours = (f"mean ± std (ddof 1) over {len(seeds)} seeds ({', '.join(map(str, seeds))})" if len(seeds) > 1
             else f"seed {seeds[0]}")
-    lines.append(f"Ours: {ours}; paper: {'mean ± std over ' + str(spec.published_seeds) + ' seeds' if spec.published_seeds > 1 else 'one run'}; "
-                 f"difference = ours - paper; certified accuracy in %.")
+    runs = f"mean ± std over {spec.published_seeds} seeds" if spec.published_seeds > 1 else "one run"
+    paper = f"; paper: {runs}; difference = ours - paper" if any(r.paper is not None for r in spec.rows) else ""
+    lines.append(f"Ours: {ours}{paper}; certified accuracy in %.")
     return lines
 
 
@@ -107,6 +133,8 @@ def render(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path,
         blank = [""] * (len(sig) + 1)
         ours = f"ours ({len(per_seed)} of {len(seeds)} seeds)" if len(per_seed) < len(seeds) else (
             f"ours ({len(seeds)} seeds)" if len(seeds) > 1 else "ours")
+        if any(s["constant"] for s in per_seed.values()):
+            ours += " " + CONSTANT_MARK
         lines.append("| " + " | ".join([*sig, row.label, ours, _cell(acr_m, acr_s, 3),
                                          *[_cell(*acc[r], 1) for r in radii]]) + " |")
         if p is not None:
@@ -121,7 +149,7 @@ def render(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path,
                        "acr": {"mean": acr_m, "std": acr_s},
                        "accuracy": {f"{r:g}": {"mean": m, "std": s} for r, (m, s) in acc.items()},
                        "paper": None if p is None else {"acr": p.acr, "accuracy": {f"{r:g}": v for r, v in p.accuracy.items()}}})
-    notes = _orderings(spec, results) + _reach(spec, budget, radii)
+    notes = _constant_notes(spec, results) + _orderings(spec, results) + _reach(spec, budget, radii)
     if spec.not_reproduced:
         notes.append("not reproduced (rsmooth does not train them as printed): " + "; ".join(spec.not_reproduced))
     if missing:
@@ -132,6 +160,25 @@ def render(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path,
     (out / "results.json").write_text(json.dumps({"table": spec.id, "budget": budget.name, "seeds": list(seeds),
                                                   "rows": record}, indent=1, default=_json) + "\n")
     return text
+
+
+CONSTANT_MARK = "(constant †)"
+
+
+def _constant_notes(spec: TableSpec, results: List[Dict[int, Dict[str, Any]]]) -> List[str]:
+    """One note for the rows whose model predicts one class for (nearly) all test examples."""
+    found = []
+    for row, per_seed in zip(spec.rows, results):
+        for seed, r in per_seed.items():
+            c = r["constant"]
+            if c:
+                found.append(f"{row.label} sigma {row.sigma:g}{f' seed {seed}' if len(per_seed) > 1 else ''}: "
+                             f"class {c['class']} for {c['share']:.0%} of the examples (labels: {c['label_share']:.0%})")
+    if not found:
+        return []
+    return ["† constant: the model predicts one class for (nearly) all test examples, so its certified accuracy "
+            "is that class's share of them (at every radius it certifies), not robustness; typical of a budget too "
+            "short for the method (train longer: a larger --budget). " + "; ".join(found)]
 
 
 def _json(v: Any) -> Any:

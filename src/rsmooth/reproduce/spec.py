@@ -50,7 +50,8 @@ def _short(v: Any) -> str:
 @dataclass(frozen=True)
 class TableSpec:
     """A table to reproduce: its rows in the printed order, the radii of its accuracy columns,
-    and the certification protocol of each dataset (``n0, n, alpha, skip, max``)."""
+    and the certification protocol of each dataset (``n0, n, alpha, skip, max``).  ``reference``
+    names the table without what it shows (``..., Table 4``), for the title of a selection."""
 
     id: str
     title: str
@@ -61,6 +62,7 @@ class TableSpec:
     not_reproduced: Tuple[str, ...] = ()  # printed rows rsmooth does not train, with the reason
     published_seeds: int = 1
     acr_only: bool = False
+    reference: str = ""
 
     @property
     def datasets(self) -> List[str]:
@@ -83,7 +85,19 @@ def select(spec: TableSpec, methods: Optional[List[str]] = None, sigmas: Optiona
               f"{', '.join(dict.fromkeys(r.method for r in spec.rows))}")
     check(rows, f"no row of {spec.id} has one of the methods and sigmas asked for; its sigmas: "
           f"{', '.join(f'{s:g}' for s in sorted({r.sigma for r in spec.rows}))}")
-    return replace(spec, rows=rows)
+    if len(rows) == len(spec.rows):
+        return spec
+    return replace(spec, rows=rows, title=_selection_title(spec, rows))
+
+
+def _selection_title(spec: TableSpec, rows: Tuple[Row, ...]) -> str:
+    """``<table>: Gaussian and CAT-RS at sigma 0.25 (fashion-mnist), 2 of its 21 rows (...)``."""
+    labels = list(dict.fromkeys(r.label for r in rows))
+    named = labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} and {labels[-1]}"
+    sigmas = "/".join(f"{s:g}" for s in sorted({r.sigma for r in rows}))
+    datasets = ", ".join(dict.fromkeys(r.dataset for r in rows))
+    return (f"{spec.reference or spec.id}: {named} at sigma {sigmas} ({datasets}), {len(rows)} of its "
+            f"{len(spec.rows)} rows, selected by --methods/--sigmas")
 
 
 def get_table(table_id: str) -> TableSpec:
@@ -108,7 +122,7 @@ def _paper_spec(table_id: str) -> TableSpec:
     radii = sorted({r for p in paper_table(table_id) for r in p.accuracy})
     return TableSpec(table_id, PAPER_TABLES[table_id], tuple(rows), tuple(radii), info.protocol,
                      citation=info.citation, not_reproduced=tuple(skipped), published_seeds=info.seeds,
-                     acr_only=info.acr_only)
+                     acr_only=info.acr_only, reference=f"{info.citation}, Table {info.number}")
 
 
 def _register_paper_tables() -> None:
@@ -123,9 +137,11 @@ def _digits() -> TableSpec:
     """Gaussian, Consistency, SmoothMix and CAT-RS on the built-in digits at sigma 0.25 and 0.5."""
     rows = tuple(Row("digits", m, s, label) for s in (0.25, 0.5) for m, label in (
         ("gaussian", "Gaussian"), ("consistency", "Consistency"), ("smoothmix", "SmoothMix"), ("catrs", "CAT-RS")))
-    return TableSpec("rsmooth:digits", "rsmooth's own table on scikit-learn's digits (8x8, 1,437 training and 360 "
-                     "test images; no download): four training methods at sigma 0.25 and 0.5, no published values",
-                     rows, tuple(0.25 * k for k in range(9)), lambda dataset: dict(PAPER_PROTOCOL))
+    reference = ("rsmooth's own table on scikit-learn's digits (8x8, 1,437 training and 360 test images; "
+                 "no download)")
+    return TableSpec("rsmooth:digits", f"{reference}: four training methods at sigma 0.25 and 0.5, no published values",
+                     rows, tuple(0.25 * k for k in range(9)), lambda dataset: dict(PAPER_PROTOCOL),
+                     reference=reference)
 
 
 _register_paper_tables()
@@ -200,6 +216,17 @@ def budget_protocol(protocol: Dict[str, Any], budget: Budget) -> Dict[str, Any]:
         if p.get("max") is not None:
             p["max"] = scaled(p["max"], budget.test)
     return p
+
+
+def split_size(dataset: str, split: str, data_dir: Optional[str] = None) -> int:
+    """Examples in ``split`` (train or test) of ``dataset``: the published release's
+    (:attr:`~rsmooth.data.DatasetInfo.sizes`, no data needed), else the copy on disk's."""
+    from ..data import dataset_info, get_dataset
+
+    sizes = dataset_info(dataset).sizes
+    if sizes is not None:
+        return sizes[0 if split == "train" else 1]
+    return len(get_dataset(dataset, split, data_dir=data_dir))
 
 
 def target_samples(dataset: str, budget: Budget) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import enum
 import math
+import warnings
 from contextlib import contextmanager
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
@@ -64,13 +65,22 @@ def _model_device(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def _validate_input(x: torch.Tensor, ndim: int, what: str) -> None:
+#: how far outside [0, 1] an input may reach (rounding of transforms) before Smooth warns
+RANGE_SLACK = 1e-4
+
+
+def _validate_input(x: torch.Tensor, ndim: int, what: str) -> Tuple[float, float]:
+    """Check ``x`` and return its (min, max), read from the device in one copy (NaN if any is NaN)."""
     if not isinstance(x, torch.Tensor):
         raise RsmoothError(f"{what} must be a torch.Tensor, got {type(x).__name__}")
     check(x.dim() == ndim, f"{what} must have {ndim} dimensions "
           f"({'C x H x W' if ndim == 3 else 'B x C x H x W'}), got shape {tuple(x.shape)}")
     check(x.is_floating_point(), f"{what} must be a floating-point tensor in [0, 1], got {x.dtype}")
-    check(bool(torch.isfinite(x).all()), f"{what} contains NaN or infinite values")
+    if x.numel() == 0:
+        return 0.0, 1.0
+    lo, hi = torch.stack(torch.aminmax(x)).tolist()
+    check(math.isfinite(lo) and math.isfinite(hi), f"{what} contains NaN or infinite values")
+    return lo, hi
 
 
 def _validate_generator(generator: Optional[torch.Generator], device: torch.device) -> None:
@@ -167,7 +177,8 @@ class Smooth:
     ``torch.inference_mode()`` and the model's train/eval flag is restored afterwards.
     Noise is drawn in the model's own dtype in every mode, so a generator seed gives the
     same noisy inputs whatever the mode.  ``DEFAULT_BATCH_SIZE`` is a good ``batch_size``
-    on CPU.  Non-finite logits on any noisy input raise an error instead of voting.
+    on CPU.  Non-finite logits on any noisy input raise an error instead of voting; inputs
+    outside [0, 1] (0-255 or normalised images) give one warning per object.
     Noise, votes and counts stay on the model's device and its forward passes are queued
     without waiting for it: ``certify`` and ``predict`` copy the counts to the host once per
     input, ``count_votes`` reads one number (the non-finite check) per call.
@@ -208,6 +219,7 @@ class Smooth:
         self._votes = _Compiled(self._noisy_votes) if self.compile else self._noisy_votes
         self._noise: Optional[torch.Tensor] = None  # flat storage of the reused noise buffer
         self._checked_shapes: Set[Tuple[int, ...]] = set()  # input shapes the model accepted
+        self._warned_range = False  # inputs outside [0, 1] are told once per object
 
     # -- configuration -------------------------------------------------------------------
     def _prepare(self, model: nn.Module) -> nn.Module:
@@ -237,6 +249,16 @@ class Smooth:
         finally:
             for m, was_training in flags:
                 m.train(was_training)
+
+    def _check_range(self, bounds: Tuple[float, float], what: str) -> None:
+        """Warn, once per object, when inputs leave [0, 1]: sigma is in [0, 1] pixel units."""
+        lo, hi = bounds
+        if self._warned_range or (lo >= -RANGE_SLACK and hi <= 1 + RANGE_SLACK):
+            return
+        self._warned_range = True
+        warnings.warn(f"{what} ranges over [{lo:.4g}, {hi:.4g}], outside [0, 1]: Smooth expects pixels in [0, 1] "
+                      f"because sigma ({self.sigma:g}) is in [0, 1] pixel units (on 0-255 images it is 255 times "
+                      f"weaker); divide such images by 255 and put any normalisation inside the model", stacklevel=3)
 
     # -- sampling ------------------------------------------------------------------------
     def _check_model(self, xs: torch.Tensor) -> None:
@@ -310,7 +332,7 @@ class Smooth:
             counts [B x K] (int64, on the model's device): counts[b, c] = number of the
             ``num`` noisy copies of xs[b] classified as c.
         """
-        _validate_input(xs, 4, "xs")
+        self._check_range(_validate_input(xs, 4, "xs"), "xs")
         num = validate_count("num", num)
         batch_size = validate_count("batch_size", batch_size)
         with self._eval():
@@ -377,7 +399,7 @@ class Smooth:
             x: one input [C x H x W] in [0, 1]; n: noisy samples; alpha: failure
             probability in (0, 1); batch_size: samples per forward pass.
         """
-        _validate_input(x, 3, "x")
+        self._check_range(_validate_input(x, 3, "x"), "x")
         n = validate_count("n", n)
         alpha = validate_alpha(alpha)
         batch_size = validate_count("batch_size", batch_size)
@@ -410,7 +432,7 @@ class Smooth:
             samples (100,000); alpha: failure probability (0.001); batch_size: samples per
             forward pass; generator: optional ``torch.Generator`` on the model's device.
         """
-        _validate_input(x, 3, "x")
+        self._check_range(_validate_input(x, 3, "x"), "x")
         n0 = validate_count("n0", n0)
         n = validate_count("n", n)
         alpha = validate_alpha(alpha)
@@ -509,7 +531,7 @@ class Smooth:
     def _sequence(self, x, n0, alpha, n_max, batch_size, generator, futility,
                   done: Callable[[Bounds], bool]) -> Tuple[int, Bounds, bool]:
         """(c_A from n0 samples, the bounds where ``done`` first holds or at n_max, whether n_max was reached)."""
-        _validate_input(x, 3, "x")
+        self._check_range(_validate_input(x, 3, "x"), "x")
         n0 = validate_count("n0", n0)
         alpha = validate_sequential_alpha(alpha)
         futility = validate_futility(futility)
@@ -556,7 +578,7 @@ class Smooth:
         """
         from ..engine.seeding import generator, validate_seed
 
-        _validate_input(xs, 4, "xs")
+        self._check_range(_validate_input(xs, 4, "xs"), "xs")
         seed = validate_seed(seed, "seed")
         indices = list(range(len(xs))) if indices is None else [int(i) for i in indices]
         check(len(indices) == len(xs), f"indices has {len(indices)} entries for {len(xs)} images")
