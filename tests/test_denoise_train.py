@@ -29,6 +29,7 @@ def runs(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_denoisers_lower_the_mse_and_raise_accuracy_under_noise(runs):
     history = torch.load(runs / "mse" / "checkpoint.pt", weights_only=True)["history"]
     assert history[-1]["loss"] < 0.7 * history[0]["loss"]  # MSE to the clean image

@@ -41,6 +41,7 @@ def test_default_batch_size_is_a_positive_int():
     assert isinstance(DEFAULT_BATCH_SIZE, int) and DEFAULT_BATCH_SIZE >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["channels_last", "compile"])
 def test_fast_modes_give_identical_counts(mode, compiled):
     """Same generator => same noisy inputs in every mode, including padded last batches:
