@@ -68,3 +68,11 @@ def test_plot_caption_says_what_approximate_means():
     assert "1 − α (arXiv" in approximate_caption([_summary(0.001), _summary(0.01)])  # no one alpha
     assert "1 − α (arXiv" in approximate_caption([_summary(None)])
     assert PLOT_TITLE.startswith("Approximate certified accuracy") and "Cohen" in PLOT_TITLE
+
+
+def test_a_demo_from_before_the_thread_setting_is_named_as_the_difference(tmp_path):
+    out = tmp_path / "d"
+    out.mkdir()
+    (out / "demo.json").write_text('{"sigmas": [0.25, 0.5], "n": 1000, "epochs": 30, "seed": 0}\n')
+    with pytest.raises(demo.RsmoothError, match=r"seed=0 \(now threads=1\); pass --overwrite"):
+        demo.run_demo(str(out), log=lambda s: None)

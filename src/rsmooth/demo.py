@@ -81,7 +81,8 @@ def _prepare(root: Path, settings: Dict[str, Any], overwrite: bool) -> None:
             old = None
         if old != settings:
             had = ", ".join(f"{k}={v}" for k, v in old.items()) if isinstance(old, dict) else "unknown settings"
-            raise RsmoothError(f"{root} holds a demo run with {had}; pass --overwrite to replace it "
+            now = ", ".join(f"{k}={v}" for k, v in settings.items() if not isinstance(old, dict) or old.get(k) != v)
+            raise RsmoothError(f"{root} holds a demo run with {had} (now {now}); pass --overwrite to replace it "
                                f"or choose another --out")
     if overwrite:
         for p in ours:
