@@ -63,6 +63,7 @@ def test_bf16_draws_the_same_noise():
     assert abs(int(c16[0, 1]) - int(c32[0, 1])) <= 20
 
 
+@pytest.mark.slow
 def test_compiled_certify_compiles_full_passes_only_and_is_deterministic(compiled):
     x = torch.full((3, 4, 4), 0.6)
 
