@@ -42,18 +42,18 @@ def test_intra_op_threads_sets_and_restores_the_count():
     assert torch.get_num_threads() == before
 
 
-def test_demo_trains_and_certifies_on_one_thread_whatever_the_callers_count(tmp_path, monkeypatch):
+def test_demo_trains_and_certifies_on_fixed_threads_whatever_the_callers_count(tmp_path, monkeypatch):
     """The thread count changes float sums in training, so the demo fixes it (demo.THREADS)."""
     seen = []
     monkeypatch.setattr(demo, "_run", lambda *a: seen.append(torch.get_num_threads()) or "report")
     before = torch.get_num_threads()
     try:
-        torch.set_num_threads(2)
+        torch.set_num_threads(1)
         assert demo.run_demo(str(tmp_path / "d"), log=lambda s: None) == "report"
-        assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
-    assert seen == [demo.THREADS] == [1]
+    assert seen == [demo.THREADS] == [2]
 
 
 def _summary(alpha):
@@ -74,5 +74,5 @@ def test_a_demo_from_before_the_thread_setting_is_named_as_the_difference(tmp_pa
     out = tmp_path / "d"
     out.mkdir()
     (out / "demo.json").write_text('{"sigmas": [0.25, 0.5], "n": 1000, "epochs": 30, "seed": 0}\n')
-    with pytest.raises(demo.RsmoothError, match=r"seed=0 \(now threads=1\); pass --overwrite"):
+    with pytest.raises(demo.RsmoothError, match=r"seed=0 \(now threads=2\); pass --overwrite"):
         demo.run_demo(str(out), log=lambda s: None)
