@@ -43,3 +43,11 @@ def check_resume(tmp_path):
         return full, resumed
 
     return run
+
+
+def pytest_report_header(config):
+    """The versions this run resolved (CI installs the newest into a new virtual environment)."""
+    import numpy
+    import scipy
+
+    return f"rsmooth tests: torch {torch.__version__}, numpy {numpy.__version__}, scipy {scipy.__version__}"

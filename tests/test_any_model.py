@@ -78,6 +78,7 @@ def _run_cli(*argv, pythonpath):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_module_factory_trains_certifies_and_recertifies_from_its_run_folder(run, nets, tmp_path):
     ck = torch.load(run / "checkpoint.pt", weights_only=True)
     assert ck["arch"] == f"{MODULE}:small" and ck["config"]["arch_kwargs"] == {"width": 24}
@@ -91,6 +92,7 @@ def test_module_factory_trains_certifies_and_recertifies_from_its_run_folder(run
     assert model[0].mean.flatten().tolist() == pytest.approx([0.3]) and model[1][1].out_features == 24
 
 
+@pytest.mark.slow
 def test_a_run_folder_whose_module_is_gone_is_refused_in_one_line(run, tmp_path):
     done = _run_cli("certify", "--checkpoint", run, "--out", tmp_path / "c.tsv", *CERTIFY, pythonpath=[SRC])
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr

@@ -70,6 +70,7 @@ def test_some_nan_logits_are_counted_in_every_path():
             s.count_votes(xs, num, batch_size, generator=torch.Generator().manual_seed(0))
 
 
+@pytest.mark.slow
 def test_nan_logits_refused_in_compiled_mode():
     s = Smooth(NaNAbove(), 2, 0.25, compile=True)
     with pytest.raises(RsmoothError, match="NaN/inf logits"):

@@ -26,6 +26,7 @@ def trained(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_train_certify_analyze(trained, tmp_path, capsys):
     tsv = tmp_path / "c.tsv"
     code, out, _ = run(capsys, "certify", "--checkpoint", trained, "--n", 500, "--skip", 10,
@@ -105,6 +106,7 @@ def test_errors_are_one_line(trained, tmp_path, capsys, argv, message):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_help_explains_units():
     out = subprocess.run([sys.executable, "-m", "rsmooth.cli", "certify", "--help"],
                          capture_output=True, text=True).stdout

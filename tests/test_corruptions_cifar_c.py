@@ -71,7 +71,7 @@ def test_random_corruptions_depend_on_seed_and_index():
     assert not np.array_equal(y[0], corrupt(x[:1], "gaussian_noise", 3, suite="cifar10-c", seed=1, indices=[0])[0])
 
 
-@pytest.mark.parametrize("severity,c", enumerate([0.04, 0.06, 0.08, 0.09, 0.10], start=1))
+@pytest.mark.parametrize("severity,c", list(enumerate([0.04, 0.06, 0.08, 0.09, 0.10], start=1)))
 def test_gaussian_noise_std(severity, c):
     x = np.full((64, 64, 3), 0.5)
     y = cifar_c.gaussian_noise(x, severity, np.random.default_rng(0))
@@ -104,7 +104,7 @@ def test_noises_grow_with_severity():
         assert dist[1] >= dist[0], name
 
 
-@pytest.mark.parametrize("severity,c", enumerate([0.75, 0.5, 0.4, 0.3, 0.15], start=1))
+@pytest.mark.parametrize("severity,c", list(enumerate([0.75, 0.5, 0.4, 0.3, 0.15], start=1)))
 def test_contrast_by_hand(severity, c):
     x = scene()
     expected = np.empty_like(x)
@@ -132,7 +132,7 @@ def test_hsv_matches_colorsys_and_round_trips():
     np.testing.assert_allclose(cifar_c._hsv_to_rgb(hsv[None])[0], back, atol=1e-12)
 
 
-@pytest.mark.parametrize("severity,c", enumerate([0.05, 0.1, 0.15, 0.2, 0.3], start=1))
+@pytest.mark.parametrize("severity,c", list(enumerate([0.05, 0.1, 0.15, 0.2, 0.3], start=1)))
 def test_brightness_adds_c_to_value(severity, c):
     px = random_pixels(seed=severity)
     y = cifar_c.brightness(px[None], severity, None)[0]
@@ -154,7 +154,7 @@ def test_saturate_scales_saturation():
     np.testing.assert_array_equal(cifar_c.saturate(grey, 5, None), grey)
 
 
-@pytest.mark.parametrize("severity,c", enumerate([0.95, 0.9, 0.85, 0.75, 0.65], start=1))
+@pytest.mark.parametrize("severity,c", list(enumerate([0.95, 0.9, 0.85, 0.75, 0.65], start=1)))
 def test_pixelate_is_pillow_box(severity, c):
     x = scene()
     u = np.round(x * 255).astype(np.uint8)
@@ -224,7 +224,7 @@ def test_elastic_affine_part():
     np.testing.assert_allclose(y[:, 1:], (22 / 32) * x[:, 1:] + (10 / 32) * x[:, :-1], atol=1e-12)
 
 
-@pytest.mark.parametrize("severity,sigma", enumerate([0.4, 0.6, 0.7, 0.8, 1.0], start=1))
+@pytest.mark.parametrize("severity,sigma", list(enumerate([0.4, 0.6, 0.7, 0.8, 1.0], start=1)))
 def test_gaussian_blur_against_a_hand_kernel(severity, sigma):
     """skimage.filters.gaussian: separable, truncated at 4 sigma, border 'nearest'."""
     x = scene()

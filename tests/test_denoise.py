@@ -176,6 +176,7 @@ def test_the_hyperparameter_table_is_complete():
     assert PAPER_HYPERPARAMETERS["denoise-stab"]["cifar10"]["init"] == "denoise-mse"
 
 
+@pytest.mark.slow
 def test_an_mse_denoiser_learns_to_denoise_digits():
     """A few hundred Adam steps on the 8x8 digits at sigma 0.5 bring the held-out MSE of
     D(x + delta) far below that of the noisy input (sigma^2 = 0.25)."""

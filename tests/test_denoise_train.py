@@ -29,6 +29,7 @@ def runs(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_denoisers_lower_the_mse_and_raise_accuracy_under_noise(runs):
     history = torch.load(runs / "mse" / "checkpoint.pt", weights_only=True)["history"]
     assert history[-1]["loss"] < 0.7 * history[0]["loss"]  # MSE to the clean image
@@ -47,6 +48,7 @@ def test_denoisers_lower_the_mse_and_raise_accuracy_under_noise(runs):
         assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 def test_stability_fine_tunes_the_mse_denoiser_and_certify_needs_only_the_run(runs, tmp_path, capsys):
     out = tmp_path / "stab"
     assert main(["train", "--dataset", "digits", "--method", "denoise-stab", "--classifier", str(runs / "clf"),
@@ -58,6 +60,7 @@ def test_stability_fine_tunes_the_mse_denoiser_and_certify_needs_only_the_run(ru
     assert len(tsv.read_text().splitlines()) == 6
 
 
+@pytest.mark.slow
 def test_the_recorded_classifier_is_checked(runs, tmp_path, capsys):
     clf, den = tmp_path / "clf", tmp_path / "mse"
     shutil.copytree(runs / "clf", clf)
@@ -80,6 +83,7 @@ def test_denoiser_flags_are_checked(tmp_path, capsys):
     assert "--classifier and --init are for the denoiser methods" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_any_importable_module_is_a_denoiser(runs, tmp_path, monkeypatch, capsys):
     (tmp_path / "mydenoisers.py").write_text(
         "import torch.nn as nn\n"

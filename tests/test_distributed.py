@@ -89,6 +89,7 @@ def test_start_skip_max_against_brute_force():
         certify_indices(10, start=-1)
 
 
+@pytest.mark.slow
 def test_start_is_recorded_and_part_of_the_run(model, one, tmp_path, capsys):
     meta = json.loads((one / "fast.tsv.json").read_text())
     assert meta["start"] == 1 and meta["skip"] == 3 and meta["num_examples"] == 11 and meta["complete"]
@@ -150,6 +151,7 @@ def test_predict_shards_merge_into_the_one_process_file(model, tmp_path):
     assert json.loads((tmp_path / "p.tsv.json").read_text())["mode"] == "predict"
 
 
+@pytest.mark.slow
 def test_killed_shard_resumes_and_merges_the_same(model, one, tmp_path):
     out = tmp_path / "c.tsv"
     part = shard_path(out, (1, 2))
@@ -206,6 +208,7 @@ def test_shard_flag_under_torchrun_is_refused(model, tmp_path, monkeypatch, caps
     assert "--shard under torchrun: each rank certifies shard RANK/WORLD_SIZE itself" in one_line(capsys)
 
 
+@pytest.mark.slow
 def test_torchrun_two_ranks_equal_one_process(model, one, tmp_path):
     out = tmp_path / "c.tsv"
     p = torchrun("certify", "--checkpoint", model, *FAST, "--out", out)
@@ -217,6 +220,7 @@ def test_torchrun_two_ranks_equal_one_process(model, one, tmp_path):
     assert sorted(q.name for q in tmp_path.iterdir()) == ["c.tsv", "c.tsv.json"]
 
 
+@pytest.mark.slow
 def test_torchrun_killed_rank_stops_the_job_and_rerun_finishes(model, one, tmp_path):
     out = tmp_path / "c.tsv"
     shard1 = shard_path(out, (1, 2))
@@ -238,6 +242,7 @@ def test_torchrun_killed_rank_stops_the_job_and_rerun_finishes(model, one, tmp_p
     assert rows(out) == rows(one / "slow.tsv")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [["--sequential", "--radii", "0.25", "0.5"], ["--adaptive", "--radius-tol", "0.1"]])
 def test_sequential_shards_and_torchrun_give_the_one_process_files(model, tmp_path, capsys, mode):
     """--sequential/--adaptive split by --shard + merge, and by 2 torchrun ranks: OUT and OUT.seq
@@ -287,6 +292,7 @@ def test_merge_refuses_sequential_shards_of_other_settings_or_without_their_rows
 # ----------------------------------------------------------------------------- targets
 
 
+@pytest.mark.slow
 def test_targets_shards_and_torchrun_give_the_one_process_file(model, tmp_path, capsys):
     quiet = dict(num_samples=20, device="cpu", progress=False, log=lambda s: None)
     one = compute_targets(str(model), str(tmp_path / "one.npy"), **quiet)
@@ -309,6 +315,7 @@ def test_targets_shards_and_torchrun_give_the_one_process_file(model, tmp_path, 
     assert Path(f"{ranks}.json").read_text() == Path(f"{one}.json").read_text()
 
 
+@pytest.mark.slow
 def test_torchrun_corruption_folder_equals_one_process(model, tmp_path):
     """'certify --corruption a,b' under torchrun: every file sharded over the ranks, merged by rank 0,
     the same rows as one process (generated corruptions are made per example, wherever)."""

@@ -153,6 +153,7 @@ def one(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["consistency", "macer"])
 def test_two_ranks_train_as_one_process(one, tmp_path, name):
     code, stdout, stderr = run(*RUNS[name], "--epochs", "2", "--out", tmp_path / "r")
@@ -170,6 +171,7 @@ def test_two_ranks_train_as_one_process(one, tmp_path, name):
         assert len(re.findall(r"^rsmooth: error:", stderr, re.M)) == 2 and "rsmooth/" not in stderr  # (torchrun's own report follows)
 
 
+@pytest.mark.slow
 def test_resume_with_another_number_of_processes(one, tmp_path):
     out = tmp_path / "r"
     code, _, stderr = run(*RUNS["consistency"], "--epochs", "1", "--out", out)
@@ -187,6 +189,7 @@ def _rank_pid(parent: int, rank: int) -> int:
     raise LookupError(rank)
 
 
+@pytest.mark.slow
 def test_killed_rank_stops_the_job_and_resume_finishes(one, tmp_path):
     out = tmp_path / "r"
     args = [*RUNS["consistency"], "--epochs", "2", "--out", out]
@@ -206,6 +209,7 @@ def test_killed_rank_stops_the_job_and_resume_finishes(one, tmp_path):
     assert_same_run(one / "consistency", out)
 
 
+@pytest.mark.slow
 def test_pipeline_under_torchrun_runs_every_step_in_one_process_group(tmp_path):
     args = ["pipeline", "catrs", "--dataset", "digits", "--sigma", "0.5", "--epochs", "1", "--target-samples", "4",
             "--n0", "10", "--n", "50", "--max", "6", "--device", "cpu", "--no-compare-gaussian", "--out", tmp_path]

@@ -20,6 +20,7 @@ def _config(**kw):
     return TrainConfig(**base)
 
 
+@pytest.mark.slow
 def test_resume_after_kill_is_bit_identical(tmp_path, check_resume):
     check_resume(_config())
     ck = read_checkpoint(tmp_path / "part" / "checkpoint.pt")
@@ -29,6 +30,7 @@ def test_resume_after_kill_is_bit_identical(tmp_path, check_resume):
     assert ck["scheduler"]["last_epoch"] == 3 and ck["optimizer"]["param_groups"][0]["lr"] == pytest.approx(0.005)
 
 
+@pytest.mark.slow
 def test_learning_and_log(tmp_path):
     res = train(_config(epochs=4, lr_step=50), tmp_path, **QUIET)
     assert res.history[-1]["test_acc"] > 0.6  # chance is 0.1
@@ -36,6 +38,7 @@ def test_learning_and_log(tmp_path):
     assert len(lines) == 4 and (tmp_path / "config.json").exists()
 
 
+@pytest.mark.slow
 def test_existing_checkpoint_needs_resume_and_same_settings(tmp_path):
     train(_config(epochs=1), tmp_path, **QUIET)
     with pytest.raises(RsmoothError, match="already exists; pass --resume"):

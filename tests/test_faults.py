@@ -86,6 +86,7 @@ def _unshare_available():
 # ----------------------------------------------------------------------------- 9: file modes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mask,mode", [(0o022, 0o644), (0o077, 0o600)])
 def test_files_get_the_umask_mode(ref, tmp_path, mask, mode):
     old = os.umask(mask)
@@ -111,6 +112,7 @@ def test_files_get_the_umask_mode(ref, tmp_path, mask, mode):
 # ----------------------------------------------------------------------------- 4 and 7: locks, SIGTERM
 
 
+@pytest.mark.slow
 def test_second_train_is_refused_and_sigterm_stops_cleanly(ref, tmp_path, capsys):
     run = tmp_path / "run"
     p = _cli("train", *FLAGS, "--out", run)
@@ -133,6 +135,7 @@ def test_second_train_is_refused_and_sigterm_stops_cleanly(ref, tmp_path, capsys
     assert sorted(p.name for p in run.iterdir()) == ["checkpoint.pt", "config.json", "train.log"]
 
 
+@pytest.mark.slow
 def test_second_certify_is_refused_and_sigterm_keeps_whole_rows(ref, tmp_path, capsys):
     tsv = tmp_path / "c.tsv"
     p = _cli("certify", "--checkpoint", ref, *CERTIFY, "--out", tsv)
@@ -225,6 +228,7 @@ def test_sigterm_and_ctrl_c_before_torch_is_imported(monkeypatch, capsys):
     assert code == 130 and _one_line(err) == f"rsmooth: interrupted; {RESUME_LINE}"
 
 
+@pytest.mark.slow
 def test_python_dash_m_rsmooth():
     out = subprocess.run([sys.executable, "-m", "rsmooth", "--version"], env=ENV,
                          capture_output=True, text=True)
@@ -256,6 +260,7 @@ def test_stale_temp_files_are_removed_on_start(tmp_path):
     assert remove_stale_temps(tmp_path / "checkpoint.pt") == 0
 
 
+@pytest.mark.slow
 def test_log_line_lost_between_checkpoint_and_log_is_rebuilt(tmp_path):
     def killed_after_checkpoint_2(line):
         if line.startswith("epoch 2/"):
@@ -314,6 +319,7 @@ def test_targets_kill_before_the_final_file_appears(ref, tmp_path, monkeypatch, 
     _check_finished(out, reference_targets)
 
 
+@pytest.mark.slow
 def test_targets_kill_after_the_final_file_appears(ref, tmp_path, monkeypatch, reference_targets):
     out = tmp_path / "t.npy"
     _kill_at(monkeypatch, targets_mod._Files, "remove")
@@ -363,6 +369,7 @@ def test_targets_kill_while_creating_partial_files(ref, tmp_path, monkeypatch, r
 # ----------------------------------------------------------------------------- 8: a full disk
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _unshare_available(), reason="needs unshare -Urm to mount a small tmpfs")
 def test_full_disk_one_line_then_resume(ref, tmp_path):
     """Real ENOSPC: each command on a tiny tmpfs, then again after the disk is enlarged."""

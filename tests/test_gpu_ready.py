@@ -118,6 +118,7 @@ def _method(name, extra):
     return create_method(name, **{k: v for k, v in {**_SMALL, **extra}.items() if k in known})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name, extra", _VARIANTS, ids=lambda v: v if isinstance(v, str) else
                          ",".join(f"{k}={x}" for k, x in v.items()) or "default")
@@ -227,6 +228,7 @@ def _targets_reads(model, out, num, device):
     return collections.Counter(events)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_targets_driver_reads_per_block_not_per_forward_pass(digits_model, tmp_path, device):
     """One block of 256 training images at 8 and 16 noisy samples each: the same reads."""
@@ -280,6 +282,7 @@ def test_every_random_draw_names_its_generator_and_device():
 _DEVICE_OWNERS = {"engine/checkpoint.py", "engine/distributed.py"}
 
 
+@pytest.mark.slow
 def test_only_the_engine_chooses_a_device():
     """No ``.cuda()``, ``torch.cuda.is_available()``/``set_device``/``device_count`` or
     ``torch.device("cuda...")`` elsewhere: library code takes the device from the model or input."""

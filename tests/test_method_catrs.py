@@ -417,6 +417,7 @@ def catrs_run(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_cli_catrs_train_then_certify(catrs_run, tmp_path):
     assert main(["certify", "--checkpoint", str(catrs_run / "r"), "--n", "200", "--max", "3",
                  "--out", str(tmp_path / "c.tsv")]) == 0
@@ -427,6 +428,7 @@ def test_cli_catrs_train_then_certify(catrs_run, tmp_path):
     assert all(math.isfinite(h["loss_high"]) and 0 <= h["mask_frac"] <= 1 for h in ck["history"])
 
 
+@pytest.mark.slow
 def test_catrs_resume_is_bit_identical(catrs_run, check_resume):
     """Stopped after epoch 1 and resumed: the same weights as the uninterrupted CLI run."""
     cfg = TrainConfig(dataset="digits", method="catrs", epochs=2, batch_size=128,
@@ -434,6 +436,7 @@ def test_catrs_resume_is_bit_identical(catrs_run, check_resume):
     check_resume(cfg, catrs_run / "r")
 
 
+@pytest.mark.slow
 def test_cli_catrs_v1_without_targets(tmp_path):
     assert main(["train", "--dataset", "digits", "--method", "catrs-v1", "--p0", "0.1", "--no-mask",
                  "--epochs", "2", "--batch-size", "128", "--num-noise", "2", "--num-steps", "1",

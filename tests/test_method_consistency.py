@@ -149,6 +149,7 @@ def test_regularizer_rejects_bad_input():
         consistency_regularizer(torch.zeros(2, 2, 3), 1.0, 0.5, "l1")
 
 
+@pytest.mark.slow
 def test_cli_train_and_certify(tmp_path):
     assert main(["train", "--dataset", "digits", "--method", "consistency", "--epochs", "2",
                  "--batch-size", "128", "--num-noise", "2", "--lbd", "5", "--variant", "kl",
@@ -158,6 +159,7 @@ def test_cli_train_and_certify(tmp_path):
     assert len((tmp_path / "c.tsv").read_text().splitlines()) == 4
 
 
+@pytest.mark.slow
 def test_resume_is_bit_identical(check_resume):
     config = TrainConfig(dataset="digits", method="consistency", epochs=2, batch_size=128, lr=0.05,
                          lr_step=1, seed=1, hparams={"sigma": 0.25, "num_noise": 2, "lbd": 10.0})

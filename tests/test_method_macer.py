@@ -130,6 +130,7 @@ def test_defaults():
     assert (m.num_noise, m.lbd, m.gamma, m.beta, m.deferred, m.num_chunks) == (16, 12.0, 8.0, 16.0, False, 1)
 
 
+@pytest.mark.slow
 def test_cli_train_and_certify(tmp_path):
     assert main(["train", "--dataset", "digits", "--method", "macer", "--num-noise", "2", "--deferred",
                  "--lr-step", "1", "--epochs", "2", "--batch-size", "128", "--out", str(tmp_path / "r")]) == 0
@@ -138,6 +139,7 @@ def test_cli_train_and_certify(tmp_path):
     assert len((tmp_path / "c.tsv").read_text().splitlines()) == 4
 
 
+@pytest.mark.slow
 def test_resume_is_bit_identical(check_resume):
     config = TrainConfig(dataset="digits", method="macer", epochs=2, batch_size=128, lr=0.05, lr_step=1,
                          lr_timing="cohen", seed=2, hparams={"sigma": 0.25, "num_noise": 2, "lbd": 4.0, "deferred": True})

@@ -140,6 +140,7 @@ def cli_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_cli_train_and_certify(cli_run, tmp_path, capsys):
     assert main(["certify", "--checkpoint", str(cli_run), "--n", "200", "--max", "3",
                  "--out", str(tmp_path / "c.tsv")]) == 0
@@ -148,6 +149,7 @@ def test_cli_train_and_certify(cli_run, tmp_path, capsys):
     assert "eps must be >= 0" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_resume_is_bit_identical(cli_run, check_resume):
     """Stopped after epoch 1 (inside the eps warm-up) and resumed == the uninterrupted CLI run."""
     config = TrainConfig(dataset="digits", method="smoothadv", epochs=2, batch_size=256, seed=5,

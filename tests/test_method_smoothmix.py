@@ -316,6 +316,7 @@ def cli_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_cli_train_then_certify(cli_run, tmp_path):
     ck = read_checkpoint(cli_run / "checkpoint.pt")
     hp = ck["config"]["hparams"]
@@ -326,6 +327,7 @@ def test_cli_train_then_certify(cli_run, tmp_path):
                  "--out", str(tmp_path / "c.tsv")]) == 0
 
 
+@pytest.mark.slow
 def test_resume_is_bit_identical(cli_run, check_resume):
     config = TrainConfig(**read_checkpoint(cli_run / "checkpoint.pt")["config"])  # the CLI run's
     check_resume(config, cli_run)

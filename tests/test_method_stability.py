@@ -77,6 +77,7 @@ def test_bad_gamma(gamma):
         create_method("stability", gamma=gamma)
 
 
+@pytest.mark.slow
 def test_cli_train_and_certify(tmp_path):
     assert main(["train", "--dataset", "digits", "--method", "stability", "--stability-gamma", "1", "--epochs", "2",
                  "--batch-size", "128", "--out", str(tmp_path / "r")]) == 0

@@ -31,6 +31,7 @@ def test_loss_is_clean_cross_entropy_by_hand():
     assert method.num_chunks == 1
 
 
+@pytest.mark.slow
 def test_trains_digits_to_high_clean_accuracy_and_records_sigma(tmp_path):
     config = TrainConfig(dataset="digits", method="standard", epochs=6, batch_size=128, lr=0.1,
                          seed=0, hparams={"sigma": 0.5})

@@ -401,6 +401,7 @@ def test_load_weights_through_torch_save(tmp_path):
 # ---------------------------------------------------------------- the embedded default
 
 
+@pytest.mark.slow
 def test_digits_cnn_trains_quickly():
     sklearn_datasets = pytest.importorskip("sklearn.datasets")
     from sklearn.model_selection import train_test_split

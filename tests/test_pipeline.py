@@ -1,11 +1,14 @@
 """The whole CAT-RS recipe on digits at a tiny budget, and its step skipping."""
 import json
 
+import pytest
+
 from rsmooth.cli import main
 from rsmooth.engine.pipeline import run_pipeline
 from rsmooth.metrics import read_certify_tsv
 
 
+@pytest.mark.slow
 def test_pipeline_runs_then_skips_finished_steps(tmp_path, capsys):
     logs = []
     kw = dict(method="catrs", dataset="digits", sigma=0.5, hparams={"num_noise": 2, "num_steps": 1},

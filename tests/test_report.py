@@ -197,12 +197,14 @@ def test_plot_writes_png(files, tmp_path):
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_import_does_not_load_matplotlib():
     code = ("import sys, rsmooth.report, rsmooth.metrics; "
             "assert 'matplotlib' not in sys.modules, 'matplotlib imported eagerly'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.slow
 def test_plot_steps_match_metric(files, tmp_path, monkeypatch):
     """The drawn curve equals certified_accuracy at every radius (exact steps)."""
     import matplotlib.axes

@@ -55,6 +55,7 @@ def _acr_from_tsv(path):
     return (radius * correct).mean(), {r: 100 * np.mean((radius >= r) & (correct == 1)) for r in (0.0, 0.25, 0.5)}
 
 
+@pytest.mark.slow
 def test_killed_then_rerun_reproduction_writes_the_table(tmp_path):
     out = tmp_path / "rep"
     proc = _run(out, "--jobs", "2", session=True)

@@ -114,6 +114,7 @@ def _streams(p, trials, length, seed):
     return successes, np.arange(1, length + 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p", [0.5, 0.9, 0.99])
 def test_coverage_under_continuous_monitoring(p):
     """Stopping the first time p is outside (the worst case): misses <= alpha (binomial test).
@@ -173,6 +174,7 @@ def test_decision_rule():
     assert radius_of(0.3, 0.5) == 0.0
 
 
+@pytest.mark.slow
 def test_running_bounds_under_the_worst_stopping_rule():
     """run_sequence stopped the first time its lower bound exceeds p_A (an adversary's choice): rare."""
     alpha, trials, p = 0.1, 300, 0.8
@@ -182,6 +184,7 @@ def test_running_bounds_under_the_worst_stopping_rule():
     assert _at_most(wrong, trials, alpha), wrong
 
 
+@pytest.mark.slow
 def test_radii_given_up_are_rarely_ones_n_max_would_certify():
     """Stopped for futility ("no" or "cap" at threshold 0.9 with n_max = 2000; p_A = 0.92, where all
     n_max samples certify about half the time): continuing the same stream to n_max would have
@@ -209,6 +212,7 @@ def _linear(v, sigma):
     return Smooth(Linear2(torch.tensor([1.0, 0.0, 0.0, 0.0]), 0.0), 2, sigma), torch.tensor([v, 0.0, 0.0, 0.0]).view(1, 2, 2)
 
 
+@pytest.mark.slow
 def test_sequential_wrong_robust_decisions_are_rare():
     """p_A = Phi(r / sigma) exactly at the middle radius: deciding "robust" there (or beyond) is wrong.
     The sequential rule stops as soon as a lower bound exceeds a threshold, the worst case for this error."""
@@ -222,6 +226,7 @@ def test_sequential_wrong_robust_decisions_are_rare():
     assert _at_most(wrong, trials, alpha), wrong
 
 
+@pytest.mark.slow
 def test_adaptive_radii_above_the_truth_are_rare():
     sigma, alpha, trials, truth = 0.5, 0.1, 150, 0.4
     smooth, x = _linear(truth, sigma)
@@ -297,6 +302,7 @@ def _run(capsys, *argv):
 SEQ = ["--sequential", "--radii", "0.5", "0.25", "--n-max", "1500", "--max", "5", "--batch-size", "500"]
 
 
+@pytest.mark.slow
 def test_cli_sequential_writes_tsv_and_samples_and_resumes(trained, tmp_path, capsys):
     full = tmp_path / "full.tsv"
     code, out, _ = _run(capsys, "certify", "--checkpoint", trained, *SEQ, "--out", full)

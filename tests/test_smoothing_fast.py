@@ -41,6 +41,7 @@ def test_default_batch_size_is_a_positive_int():
     assert isinstance(DEFAULT_BATCH_SIZE, int) and DEFAULT_BATCH_SIZE >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["channels_last", "compile"])
 def test_fast_modes_give_identical_counts(mode, compiled):
     """Same generator => same noisy inputs in every mode, including padded last batches:
@@ -62,6 +63,7 @@ def test_bf16_draws_the_same_noise():
     assert abs(int(c16[0, 1]) - int(c32[0, 1])) <= 20
 
 
+@pytest.mark.slow
 def test_compiled_certify_compiles_full_passes_only_and_is_deterministic(compiled):
     x = torch.full((3, 4, 4), 0.6)
 

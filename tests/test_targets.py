@@ -21,6 +21,7 @@ def ckpt(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_rows_are_frequencies_in_dataset_order(ckpt, tmp_path):
     # a negligible sigma makes every row the one-hot clean prediction of that image
     p = compute_targets(str(ckpt), str(tmp_path / "t.npy"), num_samples=20, sigma=1e-6,
@@ -37,6 +38,7 @@ def test_rows_are_frequencies_in_dataset_order(ckpt, tmp_path):
     assert not (tmp_path / "t.npy.partial.npy").exists()
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_identical_targets(ckpt, tmp_path):
     full = np.load(compute_targets(str(ckpt), str(tmp_path / "a.npy"), num_samples=30, **QUIET))
     compute_targets(str(ckpt), str(tmp_path / "b.npy"), num_samples=30, stop_after_blocks=2, **QUIET)
@@ -63,6 +65,7 @@ def test_mismatching_files_are_refused(ckpt, tmp_path):
         load_targets(tmp_path / "nope.npy", get_dataset("digits", "train"))
 
 
+@pytest.mark.slow
 def test_cli_targets(ckpt, tmp_path, capsys):
     assert main(["targets", "--checkpoint", str(ckpt), "--num-samples", "10",
                  "--out", str(tmp_path / "c.npy")]) == 0

@@ -27,6 +27,7 @@ def _config(**kw):
     return TrainConfig(**base)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [dict(precision="bf16"), dict(channels_last=True)])
 def test_mode_resumes_bit_identically_and_is_recorded(tmp_path, check_resume, mode):
     full, resumed = check_resume(_config(**mode))
@@ -48,6 +49,7 @@ def test_changing_a_mode_on_resume_is_refused(tmp_path):
         train(_config(channels_last=True, precision="bf16"), tmp_path, resume=True, **QUIET)
 
 
+@pytest.mark.slow
 def test_checkpoint_from_before_the_modes_resumes_as_fp32(tmp_path):
     train(_config(epochs=1), tmp_path, **QUIET)
     ck = read_checkpoint(tmp_path)
@@ -65,6 +67,7 @@ def test_fp16_needs_cuda(tmp_path):
         _config(precision="fp8").resolved()
 
 
+@pytest.mark.slow
 def test_fp16_gradient_scaler_is_checkpointed_and_restored(monkeypatch, check_resume):
     """The CUDA fp16 path (autocast + GradScaler) run on CPU with the device check lifted."""
     monkeypatch.setattr(train_module, "_check_precision", lambda precision, device: None)
@@ -72,6 +75,7 @@ def test_fp16_gradient_scaler_is_checkpointed_and_restored(monkeypatch, check_re
     assert set(full["scaler"]) >= {"scale", "_growth_tracker"} and full["scaler"]["scale"] > 0
 
 
+@pytest.mark.slow
 def test_compile_trains_as_eager_and_keeps_the_plain_keys(tmp_path):
     config = _config(epochs=1, batch_size=479)  # 1437 = 3 x 479 digits: one shape, one compilation
     compiled = train(dataclasses.replace(config, compile=True), tmp_path / "c", **QUIET)
@@ -97,6 +101,7 @@ def test_bf16_loss_is_close_to_fp32():
     assert losses[1] == pytest.approx(losses[0], rel=0.02) and losses[0] != losses[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in METHODS.names() if not n.startswith("_")])
 def test_every_method_trains_under_bf16_autocast(name):
     torch.manual_seed(0)
@@ -114,12 +119,14 @@ def test_every_method_trains_under_bf16_autocast(name):
     assert all(torch.isfinite(torch.as_tensor(v, dtype=torch.float32)) for v in stats.values())
 
 
+@pytest.mark.slow
 def test_worker_processes_give_the_same_run(tmp_path):
     a = train(_config(epochs=1), tmp_path / "a", **QUIET).model.state_dict()
     b = train(_config(epochs=1, num_workers=1), tmp_path / "b", **QUIET).model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_cli_flags_are_recorded_and_fp16_is_one_line(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", "--dataset", "digits", "--epochs", "1", "--precision", "bf16",

@@ -42,6 +42,7 @@ def test_subset_view_renumbers_examples():
     assert fp["order"] != get_dataset("digits", "train", subset=101).fingerprint()["order"]
 
 
+@pytest.mark.slow
 def test_train_and_targets_on_a_subset(tmp_path):
     out = tmp_path / "g"
     train(TrainConfig(dataset="digits", epochs=1, train_subset=300, hparams={"sigma": 0.25}), out, **QUIET)

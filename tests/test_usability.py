@@ -28,6 +28,7 @@ QUIET = dict(progress=False, log=lambda s: None)
 
 # -- the README ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_readme_python_block_runs(tmp_path, monkeypatch, capsys):
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     assert blocks and "from rsmooth import" in blocks[0] and "load_model" in blocks[0]
@@ -156,6 +157,7 @@ def test_resume_to_fewer_epochs_is_refused(tmp_path):
     assert read_checkpoint(tmp_path / "r")["epoch"] == 2
 
 
+@pytest.mark.slow
 def test_demo_refuses_other_settings_and_overwrites(tmp_path, monkeypatch):
     monkeypatch.setattr(demo, "run_certification", functools.partial(demo.run_certification, max=4))
     out = tmp_path / "demo"

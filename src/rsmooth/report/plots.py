@@ -15,9 +15,21 @@ import numpy as np
 
 from ..errors import RsmoothError
 from ..metrics import certified_accuracy
-from .summary import FileSummary, PathLike, _check_labels, adaptive_limit, file_bounds
+from .summary import FileSummary, PathLike, _check_labels, _number_from_meta, adaptive_limit, file_bounds
 
 RADIUS_LABEL = "radius (l2, [0,1] pixel units)"
+PLOT_TITLE = "Approximate certified accuracy (Cohen et al. 2019)"
+
+
+def approximate_caption(summaries: Sequence[FileSummary]) -> str:
+    """What "approximate" certified accuracy means (Cohen, Rosenfeld, Kolter 2019, arXiv
+    1902.02918, Sec. 4), with the files' alpha when their sidecars agree on one."""
+    alphas = {_number_from_meta(s.meta, "alpha") for s in summaries}
+    alpha = next(iter(alphas)) if len(alphas) == 1 else None
+    level = "1 \u2212 \u03b1" + (f" = {1 - alpha:g}" if alpha is not None else "")
+    return (f"% of test examples classified correctly with certified radius \u2265 r; approximate: each "
+            f"certificate, from Monte-Carlo samples, holds with probability \u2265 {level} "
+            f"(arXiv 1902.02918, Sec. 4)")
 
 
 def _radius_grid(radius: np.ndarray, correct: np.ndarray, r_max: float,
@@ -45,7 +57,7 @@ def plot_format(path: PathLike) -> str:
 
 def plot_certified_accuracy(summaries: Sequence[FileSummary], out: PathLike,
                             labels: Optional[Sequence[str]] = None,
-                            title: str = "Approximate certified accuracy") -> Path:
+                            title: str = PLOT_TITLE, caption: Optional[str] = None) -> Path:
     """Plot certified accuracy (%) against radius as step curves, one per file, to ``out``.
 
     The curve ``acc(r) = mean(correct & radius >= r)`` is evaluated on a fine grid that
@@ -56,7 +68,8 @@ def plot_certified_accuracy(summaries: Sequence[FileSummary], out: PathLike,
     radii: the Clopper-Pearson interval of each certified accuracy
     (:func:`rsmooth.metrics.clopper_pearson_interval`).  Points a run did not decide are left
     out (:func:`rsmooth.report.summary.decides`): a ``--sequential`` file is drawn as markers at its
-    radii only, an ``--adaptive`` curve ends at the largest radius it can certify.
+    radii only, an ``--adaptive`` curve ends at the largest radius it can certify.  ``caption``
+    goes under the plot; None gives :func:`approximate_caption`, "" none.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -107,7 +120,10 @@ def plot_certified_accuracy(summaries: Sequence[FileSummary], out: PathLike,
                 transform=ax.transAxes, fontsize=7, alpha=0.8)
     ax.grid(True, alpha=0.4)
     ax.legend(loc="upper right")
-    fig.tight_layout()
+    caption = approximate_caption(summaries) if caption is None else caption
+    if caption:
+        fig.text(0.5, 0.012, caption, ha="center", va="bottom", fontsize=6.5, wrap=True)
+    fig.tight_layout(rect=(0, 0.06 if caption else 0, 1, 1))
 
     return _save(fig, out, fmt)
 
@@ -162,4 +178,4 @@ def plot_corruptions(columns: Sequence[tuple], out: PathLike, title: str = "") -
     return _save(fig, out, fmt)
 
 
-__all__ = ["plot_certified_accuracy", "plot_corruptions", "plot_format", "PLOT_FORMATS", "RADIUS_LABEL"]
+__all__ = ["approximate_caption", "plot_certified_accuracy", "plot_corruptions", "plot_format", "PLOT_FORMATS", "RADIUS_LABEL"]
