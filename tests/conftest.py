@@ -3,6 +3,8 @@
 One intra-op thread: the tests run small convolutions, for which a second OpenMP thread gains
 little, and on a shared 2-core machine oversubscribed threads made them ~10x slower.
 """
+import signal
+
 import pytest
 import torch
 
@@ -43,6 +45,14 @@ def check_resume(tmp_path):
         return full, resumed
 
     return run
+
+
+def pytest_configure(config):
+    """Ctrl-C raises KeyboardInterrupt in the tests, as in a terminal, even where the suite was
+    started in the background of a shell script (which starts it with SIGINT ignored); the
+    preemption tests stop training runs with it."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_report_header(config):

@@ -218,5 +218,5 @@ def test_a_module_factory_run_resumes_bit_identically_and_keeps_its_arch(nets, c
                          std=[0.3], epochs=2, hparams={"sigma": 0.25})
     check_resume(config)
     changed = dataclasses.replace(config, arch_kwargs={"width": 9})
-    with pytest.raises(RsmoothError, match="trained with arch_kwargs=\\{'width': 8\\}"):
+    with pytest.raises(RsmoothError, match="trained with --arch-kwargs '\\{\"width\": 8\\}'"):
         train(changed, tmp_path / "part", resume=True, **QUIET)

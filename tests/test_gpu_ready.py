@@ -175,8 +175,8 @@ def test_certify_waits_once_per_input_whatever_n(device, mode):
             smooth.certify(x, 8, n, 0.001, 4, generator=gen)
         with host_reads() as seen[n, "predict"]:
             smooth.predict(x, n, 0.001, 4, generator=gen)
-    # the input's finiteness check (on the host copy), then one copy of the counts to the host
-    expected = ["bool", "cpu", "numpy"] + (["cuda-sync"] if device == "cuda" else [])
+    # the input's range and finiteness check (one read of its min and max), then one copy of the counts to the host
+    expected = ["tolist", "cpu", "numpy"] + (["cuda-sync"] if device == "cuda" else [])
     assert {k: sorted(v) for k, v in seen.items()} == {k: sorted(expected) for k in seen}
 
 
@@ -191,7 +191,7 @@ def test_count_votes_waits_once_per_call(device):
         with host_reads() as events:
             counts = smooth.count_votes(xs, num, batch_size, generator=torch.Generator(device=device))
         # the input's finiteness check (on the host copy), the count of non-finite logits
-        assert sorted(events) == sorted(["bool", "int"] + (["cuda-sync"] if device == "cuda" else []))
+        assert sorted(events) == sorted(["tolist", "int"] + (["cuda-sync"] if device == "cuda" else []))
         assert counts.device.type == device and counts.sum().item() == 6 * num
 
 
@@ -217,7 +217,7 @@ def test_the_certify_driver_reads_per_example_not_per_forward_pass(digits_model,
     runs = {(n, m): _certify_reads(digits_model, tmp_path / f"{n}-{m}.tsv", mode=mode, n=n, max=m, device=device)
             for n in (16, 64) for m in (1, 3)}
     assert runs[16, 1] == runs[64, 1] and runs[16, 3] == runs[64, 3]
-    two_more = {"int": 2, "bool": 2, "cpu": 2, "numpy": 2, **({"cuda-sync": 2} if device == "cuda" else {})}
+    two_more = {"int": 2, "tolist": 2, "cpu": 2, "numpy": 2, **({"cuda-sync": 2} if device == "cuda" else {})}
     assert runs[16, 3] - runs[16, 1] == two_more
 
 
