@@ -42,7 +42,7 @@ from ..errors import RsmoothError, check
 from ..fileio import atomic_write_bytes, naming, remove_stale_temps, run_lock
 from ..methods import METHODS, Batch, Method, StepContext, create_method
 from ..paths import check_output_dir
-from ..progress import format_duration, progress_bar
+from ..progress import Heartbeat, format_duration, progress_bar
 from .callbacks import CallbackList, as_callbacks
 from .checkpoint import (CHECKPOINT_NAME, FORMAT, atomic_save, git_commit, read_checkpoint,
                          resolve_device, state_digest, versions)
@@ -546,10 +546,6 @@ def train(
     return TrainResult(ckpt_path, history, model)
 
 
-#: seconds between two heartbeat lines of an epoch in a log (no progress bar shown)
-HEARTBEAT_SECONDS = 120.0
-
-
 def epoch_line(record: Dict[str, Any], epochs: int, test_size: int) -> str:
     """The console line of a finished epoch (without the run's eta)."""
     line = f"epoch {record['epoch']}/{epochs}  lr {record['lr']:.4g}  loss {record['loss']:.4f}  "
@@ -583,7 +579,7 @@ class _Control:
     log: Callable[[str], None]
     path: str
     progress: bool
-    last_beat: float = field(default_factory=time.monotonic)
+    beat: Optional[Heartbeat] = None
 
     def requested(self) -> bool:
         return self.stop.signum is not None
@@ -622,18 +618,12 @@ class _Control:
             self.stop.resend()
 
     def _heartbeat(self, pos: "_Position") -> None:
-        from ..progress import interactive
-
-        now = time.monotonic()
-        if now - self.last_beat < HEARTBEAT_SECONDS or (self.progress and interactive()) or not self.w.main:
-            return
-        self.last_beat = now
-        elapsed = time.time() - pos.started - pos.elapsed
-        done, total = pos.steps, self.steps_per_epoch
-        rate = (done - pos.first_steps) / max(elapsed, 1e-9)
-        eta = f", epoch eta {format_duration((total - done) / rate)}" if rate > 0 else ""
-        self.log(f"epoch {pos.epoch + 1}/{self.run.c.epochs}: step {done}/{total} "
-                 f"({100 * done / max(total, 1):.0f}%), {rate:.2f} steps/s{eta}")
+        """In a log (no bar drawn), rank 0's progress line of the epoch every ``$RSMOOTH_HEARTBEAT``
+        seconds (:class:`~rsmooth.progress.Heartbeat`, the one certify uses)."""
+        if self.beat is None or self.beat.desc != f"epoch {pos.epoch + 1}/{self.run.c.epochs}":
+            self.beat = Heartbeat(self.steps_per_epoch, desc=f"epoch {pos.epoch + 1}/{self.run.c.epochs}",
+                                  unit="steps", done=pos.first_steps, log=self.log, enabled=self.w.main)
+        self.beat.update(pos.steps - self.beat.done)
 
 
 def _build_model(c: TrainConfig, method: Method, device: torch.device
