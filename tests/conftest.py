@@ -3,16 +3,25 @@
 One intra-op thread: the tests run small convolutions, for which a second OpenMP thread gains
 little, and on a shared 2-core machine oversubscribed threads made them ~10x slower.
 """
+import os
 import signal
+from pathlib import Path
 
 import pytest
 import torch
+
+import rsmooth
 
 from rsmooth.engine import read_checkpoint, train
 
 torch.set_num_threads(1)
 
 QUIET = dict(progress=False, log=lambda s: None)
+#: the environment of the tests' rsmooth subprocesses: this tree's rsmooth, one thread as here,
+#: one-line errors (no --debug tracebacks)
+SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "RSMOOTH_DEBUG": "",
+                  "PYTHONPATH": os.pathsep.join([str(Path(rsmooth.__file__).parents[1]),
+                                                 os.environ.get("PYTHONPATH", "")])}
 
 
 def trained_module(method, model, channels: int):

@@ -7,18 +7,16 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+from conftest import SUBPROCESS_ENV as ENV
 import rsmooth
 from rsmooth.cli import build_parser, main
 from rsmooth.smoothing import Smooth
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "RSMOOTH_DEBUG": "",
-       "PYTHONPATH": os.pathsep.join([str(Path(rsmooth.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
 
 
 def test_closed_pipe_ends_quietly(monkeypatch, capsys):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import rsmooth
+from conftest import SUBPROCESS_ENV as ENV
 from rsmooth.cli import main
 from rsmooth.data import certify_indices
 from rsmooth.engine.shards import parse_shard, shard_path, shard_share
@@ -24,9 +24,6 @@ SUBSET = ["--start", "1", "--skip", "3", "--max", "11"]
 FAST = ["--n", "200", "--n0", "50", "--batch-size", "200", "--device", "cpu", *SUBSET]
 #: slow enough per example (~0.3 s) that a kill lands mid-run
 SLOW = ["--n", "4000", "--n0", "50", "--batch-size", "1000", "--device", "cpu", *SUBSET]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "RSMOOTH_DEBUG": "",
-       "PYTHONPATH": os.pathsep.join([str(Path(rsmooth.__file__).parents[1]),
-                                      os.environ.get("PYTHONPATH", "")])}
 
 
 @pytest.fixture(scope="module")

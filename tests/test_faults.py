@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import SUBPROCESS_ENV as ENV
 import rsmooth
 from rsmooth import RsmoothError
 from rsmooth.cli import main
@@ -32,10 +33,6 @@ FLAGS = ["--dataset", "digits", "--epochs", "3", "--batch-size", "128", "--lr", 
          "--lr-step", "2", "--seed", "3", "--sigma", "0.25"]
 CERTIFY = ["--n", "3000", "--n0", "50", "--batch-size", "1000", "--max", "8"]
 RESUME_LINE = "rerun the same command (train: add --resume) to continue"
-# subprocesses import this tree's rsmooth and train with one thread, as the tests do
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "RSMOOTH_DEBUG": "",
-       "PYTHONPATH": os.pathsep.join([str(Path(rsmooth.__file__).parents[1]),
-                                      os.environ.get("PYTHONPATH", "")])}
 
 
 def _config(**kw):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import rsmooth
+from conftest import QUIET, SUBPROCESS_ENV as ENV
 from rsmooth import RsmoothError
 from rsmooth.cli import main
 from rsmooth.engine import TrainConfig, read_checkpoint, train
@@ -19,12 +19,9 @@ from rsmooth.engine.preempt import CheckpointClock, parse_checkpoint_every
 
 train_mod = sys.modules["rsmooth.engine.train"]  # the module (rsmooth.engine.train is the function)
 
-QUIET = dict(progress=False, log=lambda s: None)
 CONFIG = dict(dataset="digits", epochs=2, batch_size=64, lr=0.05, lr_step=1, seed=5, train_subset=640)
 FLAGS = ["--dataset", "digits", "--epochs", "2", "--batch-size", "64", "--lr", "0.05",
          "--lr-step", "1", "--seed", "5", "--sigma", "0.25", "--train-subset", "640"]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "RSMOOTH_DEBUG": "",
-       "PYTHONPATH": os.pathsep.join([str(Path(rsmooth.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
 
 
 def _config(**kw):
