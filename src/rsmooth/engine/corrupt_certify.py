@@ -124,6 +124,7 @@ def certify_corruptions(checkpoint: str, out: Union[str, Path], *, corruptions: 
     ``kwargs`` go to :func:`~rsmooth.engine.certify.run_certification` (n0, n, alpha, skip,
     max, seed, shard, corruption_seed, ...), so every file is resumed, sharded and merged as a
     single certification is.  Under ``torchrun`` all files run in one process group.
+    ``trust_pickle``, ``trust_code`` and ``model_options`` load the checkpoint as there.
     """
     from .certify import run_certification
     from .checkpoint import load_model, resolve_device
