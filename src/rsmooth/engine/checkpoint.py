@@ -319,8 +319,9 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
                trust_pickle: bool = False, trust_code: bool = False) -> LoadedModel:
     """Rebuild the model of an rsmooth or public checkpoint (Cohen/Salman/Jeong/MACER codebases).
 
-    rsmooth checkpoints carry arch, its keyword arguments, normalisation, dataset and sigma; ``dataset``, ``arch`` and the rest given here must agree with them (a
-    model trained on one dataset cannot certify another).  Public checkpoints and
+    rsmooth checkpoints carry arch, its keyword arguments, normalisation, dataset and sigma;
+    ``dataset``, ``arch`` and the rest given here must agree with them (a model trained on one
+    dataset cannot certify another).  Public checkpoints and
     ``.safetensors`` files need ``dataset`` unless they record it (their normalisation
     statistics are not stored) and, for an architecture that is not built in, ``arch`` with its
     ``arch_kwargs``, ``mean``/``std`` and ``num_classes`` as in :func:`rsmooth.models.create_model`;
