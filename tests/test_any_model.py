@@ -83,18 +83,21 @@ def test_module_factory_trains_certifies_and_recertifies_from_its_run_folder(run
     ck = torch.load(run / "checkpoint.pt", weights_only=True)
     assert ck["arch"] == f"{MODULE}:small" and ck["config"]["arch_kwargs"] == {"width": 24}
     assert ck["config"]["mean"] == [0.3] and ck["config"]["std"] == [0.4]
-    assert main(["certify", "--checkpoint", str(run), "--out", str(tmp_path / "a.tsv"), *CERTIFY]) == 0
-    # a new process rebuilds the model from the run folder alone (no --arch, --mean, ...)
-    done = _run_cli("certify", "--checkpoint", run, "--out", tmp_path / "b.tsv", *CERTIFY, pythonpath=[SRC, nets])
+    assert main(["certify", "--checkpoint", str(run), "--arch", f"{MODULE}:small", "--out", str(tmp_path / "a.tsv"),
+                 *CERTIFY]) == 0
+    # a new process rebuilds the model from the run folder alone (no --mean, ...; --trust-code runs its module)
+    done = _run_cli("certify", "--checkpoint", run, "--trust-code", "--out", tmp_path / "b.tsv", *CERTIFY,
+                    pythonpath=[SRC, nets])
     assert done.returncode == 0, done.stderr
     assert _tsv(tmp_path / "a.tsv") == _tsv(tmp_path / "b.tsv") and len(_tsv(tmp_path / "a.tsv")) == 5
-    model = load_model(run).model
+    model = load_model(run, trust_code=True).model
     assert model[0].mean.flatten().tolist() == pytest.approx([0.3]) and model[1][1].out_features == 24
 
 
 @pytest.mark.slow
 def test_a_run_folder_whose_module_is_gone_is_refused_in_one_line(run, tmp_path):
-    done = _run_cli("certify", "--checkpoint", run, "--out", tmp_path / "c.tsv", *CERTIFY, pythonpath=[SRC])
+    done = _run_cli("certify", "--checkpoint", run, "--trust-code", "--out", tmp_path / "c.tsv", *CERTIFY,
+                    pythonpath=[SRC])
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert f"cannot import module '{MODULE}'" in done.stderr and "Traceback" not in done.stderr
 
@@ -199,8 +202,8 @@ def test_bad_arch_flags_give_one_line_errors(nets, tmp_path, capsys, argv, messa
 @pytest.mark.parametrize("start,skip", [(0, 1), (3, 2)])
 def test_certify_batch_records_equal_the_cli_rows(run, tmp_path, start, skip):
     out = run_certification(str(run), str(tmp_path / "r.tsv"), n0=20, n=200, alpha=0.001, batch_size=100,
-                            start=start, skip=skip, max=4, seed=7, **QUIET)
-    loaded = load_model(run)
+                            start=start, skip=skip, max=4, seed=7, trust_code=True, **QUIET)
+    loaded = load_model(run, trust_code=True)
     indices = list(range(start, start + 4 * skip, skip))
     xs, ys = get_dataset("digits", "test").get_batch(torch.tensor(indices))
     records = Smooth(loaded.model, loaded.num_classes, loaded.sigma).certify_batch(

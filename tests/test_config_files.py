@@ -219,7 +219,7 @@ def test_cli_resume_on_an_empty_folder_says_it_starts(tmp_path, capsys, monkeypa
     import rsmooth.engine
 
     got = []
-    monkeypatch.setattr(rsmooth.engine, "train", lambda c, out, resume: got.append((c, resume)) or
+    monkeypatch.setattr(rsmooth.engine, "train", lambda c, out, resume, **kw: got.append((c, resume)) or
                         type("R", (), {"checkpoint": "x"})())
     assert main(["train", "--out", str(tmp_path / "new"), "--resume", "--epochs", "2"]) == 0
     assert f"{tmp_path / 'new'} holds no run yet: starting it" in capsys.readouterr().out

@@ -195,7 +195,7 @@ def test_a_run_folders_module_is_not_imported_from_the_current_folder(cwd_module
     sys.path.remove(os.getcwd())  # a new process: nothing imported, the current folder not on sys.path
     del sys.modules[name]
     with pytest.raises(RsmoothError) as e:
-        load_model(run)
+        load_model(run, trust_code=True)  # even trusted, from sys.path only
     message = str(e.value)
     assert f"cannot import module '{name}'" in message and f"pass --arch {name}:Tiny" in message
     assert name not in sys.modules and "\n" not in message

@@ -20,6 +20,10 @@ UNITS = ("sigma and radii are l2 distances in [0,1] pixel units: images are scal
 TRUST_PICKLE = ("load a checkpoint that pickles Python objects beyond tensors and argparse.Namespace "
                 "(refused by default, naming the object): unpickling can run arbitrary code; only for "
                 "files you trust")
+TRUST_CODE = ("build the package.module:factory architecture that a checkpoint, run folder or denoiser run "
+              "names (refused by default, naming it): importing and calling it runs its code; only for files "
+              "you trust. Built-in architectures and installed rsmooth.models entry points need no flag, and "
+              "--arch with the same name opts in for that one")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -151,9 +155,10 @@ def _add_arch_flags(p: argparse.ArgumentParser, train: bool) -> None:
         "architecture", "NAME ('rsmooth list architectures', or an entry point of group rsmooth.models), or "
         "package.module:factory: any importable callable returning an nn.Module (importing it runs that "
         "module's code), called with --arch-kwargs, plus num_classes and input_size when its signature "
-        "names them. " + ("The run folder records all of it, so certify needs none of these flags"
-                          if train else "A run folder of 'rsmooth train' records these: certifying it "
-                          "imports the module it names"))
+        "names them. " + ("The run folder records all of it, so certify needs none of these flags "
+                          "(but --arch or --trust-code for a module:factory)" if train else
+                          "A run folder of 'rsmooth train' records these; a module:factory it names is "
+                          "built only with --arch naming it again or --trust-code"))
     g.add_argument("--arch", metavar="NAME|MODULE:FACTORY",
                    help="default: " + ("the dataset's usual architecture" if train else "the checkpoint's"))
     g.add_argument("--arch-kwargs", type=_json_object, metavar="JSON",
@@ -170,6 +175,10 @@ def _add_arch_flags(p: argparse.ArgumentParser, train: bool) -> None:
                    "for built-in architectures, none for a module:factory, which then gets [0,1] pixels)")
     g.add_argument("--std", type=float, nargs="+", metavar="S",
                    help="per-channel std in [0,1] pixel units, with --mean (default: as for --mean)")
+
+
+def _add_trust_code_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trust-code", action="store_true", help=TRUST_CODE)
 
 
 def _model_options(args: argparse.Namespace) -> Dict[str, Any]:
@@ -433,6 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="SyncBatchNorm across the processes (CUDA only); default: per-rank batch-norm "
                       "statistics, as the papers' DataParallel runs had")
     _add_arch_flags(t, train=True)
+    _add_trust_code_flag(t)
     t.add_argument("--out", required=True, help="output folder")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --out after a stop or kill, with any number of processes, and "
@@ -471,6 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--split", default="test", choices=["test", "train"], help="default: test")
         c.add_argument("--sigma", type=float, help="noise level, std in [0,1] pixel units (default: the checkpoint's)")
         c.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE)
+        _add_trust_code_flag(c)
         _add_certify_options(c, name)
         c.add_argument("--batch-size", type=_integer, help=_batch_help())
         c.add_argument("--seed", type=int, default=0,
@@ -521,6 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="noises per image (default: 10000 as the papers; theirs on ImageNet: 500)")
     tg.add_argument("--sigma", type=float, help="noise level, [0,1] pixel units (default: the checkpoint's)")
     tg.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE)
+    _add_trust_code_flag(tg)
     tg.add_argument("--augment", action=argparse.BooleanOptionalAction, default=True,
                     help="on augmented training images drawn once, as the reference code (default), "
                     "or on the plain images (--no-augment)")
@@ -717,7 +729,7 @@ def train_config_from_args(args: argparse.Namespace):
     if args.sigma is not None:
         fields["hparams"]["sigma"] = args.sigma
     fields["hparams"].update(_method_args(args, method))
-    return TrainConfig.from_run(args.out, **fields) if run else TrainConfig(**fields)
+    return TrainConfig.from_run(args.out, trust_code=args.trust_code, **fields) if run else TrainConfig(**fields)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -727,7 +739,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 
     if args.resume and world().main and recorded_file(args.out) is None:
         print(f"{args.out} holds no run yet: starting it")
-    result = train(train_config_from_args(args), args.out, resume=args.resume)
+    result = train(train_config_from_args(args), args.out, resume=args.resume, trust_code=args.trust_code)
     if world().main:
         print(f"checkpoint: {result.checkpoint}{world().note}")
 
@@ -742,7 +754,8 @@ def cmd_certify(args: argparse.Namespace) -> None:
                   batch_size=args.batch_size, start=args.start, skip=args.skip, max=args.max, shard=args.shard,
                   seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
                   data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
-                  trust_pickle=args.trust_pickle, model_options=_model_options(args), heartbeat=args.heartbeat)
+                  trust_pickle=args.trust_pickle, trust_code=args.trust_code, model_options=_model_options(args),
+                  heartbeat=args.heartbeat)
     dataset = args.dataset
     if args.corruption is None and args.severity is None and (
             dataset is None or not published_release(dataset)):
@@ -751,7 +764,8 @@ def cmd_certify(args: argparse.Namespace) -> None:
         out = run_certification(args.checkpoint, args.out, **kwargs)
     else:
         if dataset is None:
-            dataset = load_model(args.checkpoint, trust_pickle=args.trust_pickle, **_model_options(args)).dataset
+            dataset = load_model(args.checkpoint, trust_pickle=args.trust_pickle, trust_code=args.trust_code,
+                                 **_model_options(args)).dataset
             kwargs["dataset"] = dataset
         plan = corruption_plan(dataset, args.corruption or "all", args.severity, args.corruption_suite,
                                log=lambda _: None)
@@ -804,7 +818,8 @@ def cmd_targets(args: argparse.Namespace) -> None:
                           sigma=args.sigma, batch_size=args.batch_size, augment=args.augment,
                           seed=args.seed, precision=args.precision, channels_last=args.channels_last,
                           data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
-                          shard=args.shard, trust_pickle=args.trust_pickle, model_options=_model_options(args),
+                          shard=args.shard, trust_pickle=args.trust_pickle, trust_code=args.trust_code,
+                          model_options=_model_options(args),
                           train_subset=args.train_subset, heartbeat=args.heartbeat)
     if world().main:
         print(f"targets: {out}{world().note}")

@@ -66,6 +66,7 @@ def run_certification(
     device: Optional[str] = None,
     overwrite: bool = False,
     trust_pickle: bool = False,
+    trust_code: bool = False,
     model_options: Optional[Dict[str, Any]] = None,
     corruption: Optional[str] = None,
     severity: Optional[int] = None,
@@ -89,6 +90,8 @@ def run_certification(
     (only rank 0 logs); rerunning the same ``torchrun`` command continues every shard.
     ``trust_pickle``: unpickle a checkpoint that needs more than tensors and
     ``argparse.Namespace`` (can run arbitrary code; see :func:`~rsmooth.engine.checkpoint.read_checkpoint`).
+    ``trust_code``: build the ``module:factory`` a checkpoint names without ``arch`` naming it
+    (:mod:`rsmooth.trust`).
     ``model_options`` (keyword arguments of :func:`~rsmooth.engine.checkpoint.load_model`: arch,
     arch_kwargs, mean, std, num_classes) build the model of a checkpoint that does not record it.
     ``corruption``/``severity`` (and ``corruption_seed``, ``corruption_suite`` for a generated
@@ -145,7 +148,8 @@ def run_certification(
     _check_out(out, resolve_checkpoint_path(checkpoint), overwrite)
     if shard is not None:
         _check_out(str(shard_path(out, shard)), resolve_checkpoint_path(checkpoint), overwrite)
-    loaded = load_model(checkpoint, dataset=dataset, trust_pickle=trust_pickle, **(model_options or {}))
+    loaded = load_model(checkpoint, dataset=dataset, trust_pickle=trust_pickle, trust_code=trust_code,
+                        **(model_options or {}))
     if sigma is not None and world.main:
         _warn_other_sigma(loaded, sigma)
     sigma = validate_sigma(sigma if sigma is not None else _require_sigma(loaded))

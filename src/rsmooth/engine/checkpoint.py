@@ -7,12 +7,14 @@ versions.  The public checkpoints of Cohen et al. 2019 (arXiv 1902.02918), Salma
 (arXiv 1906.04584), Jeong et al. and MACER (Zhai et al. 2020, arXiv 2001.02378) load too, given
 the dataset (see :mod:`rsmooth.models.checkpoint_compat`), and so do ``.safetensors`` files and
 checkpoints that pickle an ``argparse.Namespace``; anything else that needs unpickling is refused
-unless the caller trusts the file (``--trust-pickle``).
+unless the caller trusts the file (``--trust-pickle``).  Rebuilding a model never runs code that
+only a file names: see :mod:`rsmooth.trust` (``--trust-code``).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import subprocess
 import warnings
@@ -26,6 +28,7 @@ from torch import nn
 from .. import __version__
 from ..errors import RsmoothError
 from ..fileio import atomic_write
+from ..trust import UntrustedCode, check_arch_kwargs, check_recorded_arch
 
 FORMAT = "rsmooth-checkpoint"
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -74,6 +77,9 @@ def resolve_device(name: Optional[str]) -> torch.device:
 
 def resolve_checkpoint_path(path: Union[str, Path]) -> Path:
     """A checkpoint file, or a training output folder holding ``checkpoint.pt``."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise RsmoothError(f"checkpoint must be a file or folder path (str or pathlib.Path), "
+                           f"got {type(path).__name__} {path!r:.60}")
     p = Path(path)
     if p.is_dir():
         p = p / CHECKPOINT_NAME
@@ -207,14 +213,27 @@ def _load_weights(path: Path, model: nn.Module, obj: Any, dataset: str, hint: st
         raise RsmoothError(f"checkpoint {path}: {e}{hint}") from None
 
 
+def load_classifier(path: Union[str, Path], dataset: Optional[str], of: str, *, trust_pickle: bool = False,
+                    trust_code: bool = False) -> "LoadedModel":
+    """:func:`load_model` of the classifier f a denoiser runs in front of (``of``: the denoiser
+    run or flag that names it); f's recorded ``module:factory`` can be trusted by ``trust_code``
+    only, as ``--arch`` names the denoiser's."""
+    try:
+        return load_model(path, dataset=dataset, trust_pickle=trust_pickle, trust_code=trust_code)
+    except UntrustedCode as e:
+        raise UntrustedCode(e.arch, f"{of}: its classifier {path}", by_arch=False) from None
+
+
 def _load_denoised(p: Path, ckpt: Dict[str, Any], dataset: Optional[str], trust_pickle: bool,
-                   named: bool = False) -> "LoadedModel":
+                   named: bool = False, trust_code: bool = False) -> "LoadedModel":
     """A denoiser run (denoised smoothing): its D in front of the classifier f it records, which
-    must be the very file D was trained with (same sha256).  ``named``: the caller passed D's arch."""
+    must be the very file D was trained with (same sha256).  ``named``: the caller passed D's arch;
+    ``trust_code``: D's and f's recorded ``module:factory`` may run (:mod:`rsmooth.trust`)."""
     from ..methods.denoise import DenoisedClassifier
     from ..models.dncnn import create_denoiser
     from ..models.factory import _import_factory
 
+    check_recorded_arch(ckpt["arch"], f"checkpoint {p}", trust_code=trust_code or named)
     ref = ckpt["classifier"]
     f_path = Path(str(ref.get("path")))
     if not f_path.exists():
@@ -223,7 +242,7 @@ def _load_denoised(p: Path, ckpt: Dict[str, Any], dataset: Optional[str], trust_
     if file_sha256(f_path) != ref.get("sha256"):
         raise RsmoothError(f"checkpoint {p}: its classifier {f_path} changed since the denoiser was trained "
                            f"(sha256 differs); restore that classifier or train the denoiser again")
-    f = load_model(f_path, dataset=dataset, trust_pickle=trust_pickle)
+    f = load_classifier(f_path, dataset, f"checkpoint {p}", trust_pickle=trust_pickle, trust_code=trust_code)
     config = ckpt.get("config") if isinstance(ckpt.get("config"), Mapping) else {}
     if ":" in ckpt["arch"]:  # a recorded module: on sys.path only, unless the caller named it
         try:
@@ -269,11 +288,11 @@ def _build(path: Path, arch: str, dataset: str, weights: Any, options: Dict[str,
     return model
 
 
-def _file_arch(p: Path, recorded: Any, arch: Optional[str], dataset: str) -> Tuple[str, str]:
+def _file_arch(p: Path, recorded: Any, arch: Optional[str], dataset: str, trust_code: bool) -> Tuple[str, str]:
     """(the architecture to build a non-rsmooth checkpoint with, a hint for when its weights do not
     fit): the caller's ``arch``; else the one the file records, when it is a public codebase's name,
-    registered, or an installed entry point (a ``module:factory`` it names is refused: a file never
-    makes rsmooth import code); else the dataset's default."""
+    registered, or an installed entry point (a ``module:factory`` it names only with ``trust_code``:
+    see :mod:`rsmooth.trust`); else the dataset's default."""
     from ..models import MODELS, arch_names, default_arch
 
     if arch is not None:
@@ -284,9 +303,9 @@ def _file_arch(p: Path, recorded: Any, arch: Optional[str], dataset: str) -> Tup
     if recorded in PUBLIC_ARCHS:
         return PUBLIC_ARCHS[recorded], ""
     if ":" in recorded:
-        raise RsmoothError(f"checkpoint {p} names its architecture {recorded}, code that rsmooth does not import "
-                           f"because a file names it; if you trust that module, pass --arch {recorded} "
-                           f"(with --arch-kwargs if it takes arguments)")
+        check_recorded_arch(recorded, f"checkpoint {p}", trust_code=trust_code,
+                            hint=" (with --arch-kwargs if it takes arguments)")
+        return recorded, ""
     if recorded in MODELS or recorded in arch_names():
         return recorded, ""
     name = default_arch(dataset)
@@ -297,23 +316,25 @@ def _file_arch(p: Path, recorded: Any, arch: Optional[str], dataset: str) -> Tup
 def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Optional[str] = None, *,
                arch_kwargs: Optional[Mapping[str, Any]] = None, mean: Optional[Sequence[float]] = None,
                std: Optional[Sequence[float]] = None, num_classes: Optional[int] = None,
-               trust_pickle: bool = False) -> LoadedModel:
+               trust_pickle: bool = False, trust_code: bool = False) -> LoadedModel:
     """Rebuild the model of an rsmooth or public checkpoint (Cohen/Salman/Jeong/MACER codebases).
 
-    rsmooth checkpoints carry arch (a ``package.module:factory`` too, imported here from ``sys.path``,
-    and from the current folder only when ``arch`` names it too: loading someone else's run folder
-    runs the module it names), its keyword arguments, normalisation,
-    dataset and sigma; ``dataset``, ``arch`` and the rest given here must agree with them (a
-    model trained on one dataset cannot certify another).  Public checkpoints and
+    rsmooth checkpoints carry arch, its keyword arguments, normalisation, dataset and sigma;
+    ``dataset``, ``arch`` and the rest given here must agree with them (a model trained on one
+    dataset cannot certify another).  Public checkpoints and
     ``.safetensors`` files need ``dataset`` unless they record it (their normalisation
     statistics are not stored) and, for an architecture that is not built in, ``arch`` with its
     ``arch_kwargs``, ``mean``/``std`` and ``num_classes`` as in :func:`rsmooth.models.create_model`;
-    the arch such a file records is used when it is built in or installed, and a ``module:factory``
-    it records is refused unless ``arch`` names it (a file never makes rsmooth import code).
-    ``trust_pickle``: see :func:`read_checkpoint`.
+    the arch such a file records is used when it is built in or installed.
+
+    A ``package.module:factory`` that a file records (its own arch, a denoiser run's classifier's)
+    is code: it is refused (:class:`rsmooth.trust.UntrustedCode`) unless ``arch`` names it too or
+    ``trust_code``, and then imported from ``sys.path`` only (from the current folder too when
+    ``arch`` names it).  ``trust_pickle``: see :func:`read_checkpoint`.
     """
     from ..models import MODEL_OPTIONS, arch_ref
 
+    check_arch_kwargs(arch_kwargs)
     ckpt = read_checkpoint(path, trust_pickle=trust_pickle)
     p = resolve_checkpoint_path(path)
     given = {"arch_kwargs": arch_kwargs, "mean": mean, "std": std, "num_classes": num_classes}
@@ -325,7 +346,8 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
                                f"(it has keys {', '.join(map(repr, sorted(ckpt)[:10]))}); it was edited or "
                                f"damaged: restore it from a copy or retrain")
         if isinstance(ckpt.get("classifier"), Mapping):
-            return _load_denoised(p, ckpt, dataset, trust_pickle, named=arch is not None and arch == ckpt["arch"])
+            return _load_denoised(p, ckpt, dataset, trust_pickle, named=arch is not None and arch == ckpt["arch"],
+                                  trust_code=trust_code)
         ck_arch, ck_data = ckpt["arch"], ckpt["dataset"]
         if arch is not None and ck_arch not in (arch, arch_ref(arch)):
             raise RsmoothError(f"checkpoint {p} holds a {ck_arch} model, not {arch}; "
@@ -348,6 +370,7 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
                                    f"({info_ck[0]} classes, input {tuple(info_ck[1] or ())}), which does not "
                                    f"match {dataset} ({info.num_classes} classes, input {info.input_shape})")
         data_name = dataset or ck_data
+        check_recorded_arch(ck_arch, f"checkpoint {p}", trust_code=trust_code or arch is not None)
         model = _build(p, ck_arch, ck_data, ckpt["state_dict"], options, named=arch is not None)
         return LoadedModel(model, ck_arch, data_name, int(ckpt["num_classes"]), ckpt.get("sigma"), p,
                            {k: ckpt.get(k) for k in ("epoch", "method", "seed", "config", "rsmooth_version")})
@@ -360,7 +383,7 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
                            f"normalisation and class count are known")
     from ..data import dataset_info
 
-    name, hint = _file_arch(p, ckpt.get("arch"), arch, dataset)
-    model = _build(p, name, dataset, ckpt, given, hint=hint)
+    name, hint = _file_arch(p, ckpt.get("arch"), arch, dataset, trust_code)
+    model = _build(p, name, dataset, ckpt, given, named=arch is not None, hint=hint)
     return LoadedModel(model, name, dataset, num_classes or dataset_info(dataset).num_classes, None, p,
                        {"epoch": ckpt.get("epoch"), "public_arch": ckpt.get("arch")})

@@ -116,20 +116,23 @@ def corruption_plan(dataset: str, corruptions: Names = "all", severities: Levels
 def certify_corruptions(checkpoint: str, out: Union[str, Path], *, corruptions: Names = "all",
                         severities: Levels = "all", dataset: Optional[str] = None,
                         corruption_suite: Optional[str] = None, device: Optional[str] = None,
-                        trust_pickle: bool = False, model_options: Optional[dict] = None,
-                        log: Callable[[str], None] = print, **kwargs: Any) -> Path:
+                        trust_pickle: bool = False, trust_code: bool = False,
+                        model_options: Optional[dict] = None, log: Callable[[str], None] = print,
+                        **kwargs: Any) -> Path:
     """Certify every item of :func:`corruption_plan` into the folder ``out``; returns ``out``.
 
     ``kwargs`` go to :func:`~rsmooth.engine.certify.run_certification` (n0, n, alpha, skip,
     max, seed, shard, corruption_seed, ...), so every file is resumed, sharded and merged as a
     single certification is.  Under ``torchrun`` all files run in one process group.
+    ``trust_pickle``, ``trust_code`` and ``model_options`` load the checkpoint as there.
     """
     from .certify import run_certification
     from .checkpoint import load_model, resolve_device
 
     folder = check_output_dir(out)
     if dataset is None:
-        dataset = load_model(checkpoint, trust_pickle=trust_pickle, **(model_options or {})).dataset
+        dataset = load_model(checkpoint, trust_pickle=trust_pickle, trust_code=trust_code,
+                             **(model_options or {})).dataset
     w = distributed.world()
     if not w.main:
         log = distributed.quiet
@@ -142,7 +145,8 @@ def certify_corruptions(checkpoint: str, out: Union[str, Path], *, corruptions: 
             log(f"[{k}/{len(plan)}] {item.corruption}{level} -> {folder / item.file}")
             run_certification(checkpoint, str(folder / item.file), dataset=dataset, corruption=item.corruption,
                               severity=item.severity, corruption_suite=corruption_suite, device=device,
-                              trust_pickle=trust_pickle, model_options=model_options, log=log, **kwargs)
+                              trust_pickle=trust_pickle, trust_code=trust_code, model_options=model_options,
+                              log=log, **kwargs)
     return folder
 
 

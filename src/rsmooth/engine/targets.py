@@ -77,6 +77,7 @@ def compute_targets(
     overwrite: bool = False,
     shard: Optional[Union[str, Sequence[int]]] = None,
     trust_pickle: bool = False,
+    trust_code: bool = False,
     model_options: Optional[Dict[str, Any]] = None,
     train_subset: Optional[int] = None,
     heartbeat: Optional[float] = None,
@@ -97,6 +98,8 @@ def compute_targets(
             rank computes shard RANK/WORLD_SIZE and rank 0 merges them into ``out``.
         trust_pickle: unpickle a checkpoint that needs more than tensors and
             ``argparse.Namespace`` (can run arbitrary code; see :func:`read_checkpoint`).
+        trust_code: build the ``module:factory`` the checkpoint names without ``arch`` naming it
+            (:mod:`rsmooth.trust`).
         model_options: keyword arguments of :func:`~rsmooth.engine.checkpoint.load_model` (arch,
             arch_kwargs, mean, std, num_classes) for a checkpoint that does not record its model.
         train_subset: targets of that many training examples (``rsmooth train --train-subset``,
@@ -116,7 +119,8 @@ def compute_targets(
     if not world.main:
         progress, log = False, distributed.quiet
     check_output_file(out, inputs=[resolve_checkpoint_path(checkpoint)])
-    loaded = load_model(checkpoint, dataset=dataset, trust_pickle=trust_pickle, **(model_options or {}))
+    loaded = load_model(checkpoint, dataset=dataset, trust_pickle=trust_pickle, trust_code=trust_code,
+                        **(model_options or {}))
     check(sigma is not None or loaded.sigma is not None,
           f"checkpoint {loaded.path} does not record sigma; pass --sigma (0.25 in the papers)")
     sigma = validate_sigma(sigma if sigma is not None else loaded.sigma)

@@ -186,14 +186,19 @@ class TrainConfig:
         return cls(**config_fields(read_config_file(path), cls, str(path)))
 
     @classmethod
-    def from_run(cls, out: Union[str, Path], **overrides: Any) -> "TrainConfig":
+    def from_run(cls, out: Union[str, Path], *, trust_code: bool = False, **overrides: Any) -> "TrainConfig":
         """The config recorded in run folder ``out`` (its config.json's, else its checkpoint's), with
         ``overrides`` (fields; ``hparams`` merged per hyperparameter).  Overrides may change what
         may change on resume (``epochs`` to extend, ``device``, ``num_workers``, ``data_dir``, ...);
-        the others must equal the recorded values: all differences are refused in one error."""
-        from .runconfig import config_fields, conflicts, merge, recorded_fields
+        the others must equal the recorded values: all differences are refused in one error.
+        A recorded ``module:factory`` arch is refused unless ``overrides`` name an arch or
+        ``trust_code`` (:mod:`rsmooth.trust`; a config file, :meth:`from_file`, is the user's own)."""
+        from ..trust import check_recorded_arch
+        from .runconfig import config_fields, conflicts, merge, recorded_fields, recorded_file
 
         recorded = recorded_fields(out, cls)
+        check_recorded_arch(recorded.get("arch"), f"run folder {out} ({recorded_file(out).name})",
+                            trust_code=trust_code or overrides.get("arch") is not None)
         merged = cls(**merge(recorded, config_fields(overrides, cls, "overrides")))
         bad = conflicts(recorded, merged.resolved(), _FIXED_ON_RESUME)
         if bad:
@@ -410,6 +415,7 @@ def train(
     log: Callable[[str], None] = print,
     stop_after_epoch: Optional[int] = None,
     callbacks: Optional[List[Any]] = None,
+    trust_code: bool = False,
 ) -> TrainResult:
     """Train a base classifier with ``config.method``; write ``out/checkpoint.pt`` every epoch,
     and within epochs every ``config.checkpoint_every`` and on SIGTERM/SIGINT (then stop).
@@ -429,12 +435,14 @@ def train(
         callbacks: objects with any of the methods of :mod:`rsmooth.engine.callbacks` (e.g.
             ``on_epoch_end(record)``), called on rank 0; ``config.tensorboard`` adds
             :class:`~rsmooth.engine.callbacks.TensorBoardLogger` writing ``out/tensorboard``.
+        trust_code: run the ``module:factory`` that a file names (the arch recorded in ``out`` when
+            ``config`` is None, the ``classifier`` checkpoint's; :mod:`rsmooth.trust`).
     """
     from ..data import get_dataset
 
     if config is None:
         check(resume, "train(None, out) continues the run recorded in out: pass resume=True, or a TrainConfig")
-        config = TrainConfig.from_run(out)
+        config = TrainConfig.from_run(out, trust_code=trust_code)
     c = config.resolved()
     method: Method = create_method(c.method, **c.hparams)
     c.hparams = method.hparams()
@@ -465,7 +473,7 @@ def train(
               f"training set has {len(train_set)} examples")
 
     torch.manual_seed(c.seed)
-    model, scored, recorded = _build_model(c, method, device)
+    model, scored, recorded = _build_model(c, method, device, trust_code)
     if c.sync_bn and w.size > 1:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -626,11 +634,12 @@ class _Control:
         self.beat.update(pos.steps - self.beat.done)
 
 
-def _build_model(c: TrainConfig, method: Method, device: torch.device
+def _build_model(c: TrainConfig, method: Method, device: torch.device, trust_code: bool = False
                  ) -> Tuple[nn.Module, nn.Module, Dict[str, Any]]:
     """(the model trained, the classifier the evaluation scores, what the checkpoint records
     besides).  A denoiser method trains D in front of the frozen ``--classifier`` f (set as
-    ``method.classifier``) and scores f(D(x)); its checkpoint records f's path, sha256 and classes."""
+    ``method.classifier``; its recorded ``module:factory`` only with ``trust_code``) and scores
+    f(D(x)); its checkpoint records f's path, sha256 and classes."""
     from ..models import create_model
 
     if not is_denoiser(c.method):
@@ -641,9 +650,9 @@ def _build_model(c: TrainConfig, method: Method, device: torch.device
     from ..data import dataset_info
     from ..methods.denoise import DenoisedClassifier
     from ..models.dncnn import create_denoiser
-    from .checkpoint import file_sha256, load_model
+    from .checkpoint import file_sha256, load_classifier
 
-    f = load_model(c.classifier, dataset=c.dataset)
+    f = load_classifier(c.classifier, c.dataset, "--classifier", trust_code=trust_code)
     method.classifier = f.model.to(device).requires_grad_(False).eval()
     shape = dataset_info(c.dataset).input_shape
     model = create_denoiser(c.arch, shape[0], tuple(shape[1:]), c.arch_kwargs).to(device)

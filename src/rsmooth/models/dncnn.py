@@ -87,8 +87,13 @@ def create_denoiser(name: str, in_channels: int, input_size: Optional[Tuple[int,
                     kwargs: Optional[Dict[str, Any]] = None) -> nn.Module:
     """A denoiser with fresh weights for ``in_channels``-channel images: a registered name, or
     ``package.module:factory`` (any importable callable, called with ``kwargs`` and with
-    ``in_channels`` when its signature names it) checked to map [1, C, H, W] to that shape."""
+    ``in_channels`` when its signature names it) checked to map [1, C, H, W] to that shape;
+    ``kwargs`` are JSON-like data (:func:`rsmooth.trust.check_arch_kwargs`), for a factory only."""
+    from ..trust import check_arch_kwargs
+
+    check_arch_kwargs(kwargs)
     if ":" not in name:
+        check(not kwargs, f"--arch-kwargs applies to a package.module:factory denoiser, not the built-in {name!r}")
         return DENOISERS.get(name)(in_channels)
     from .factory import _import_factory
 

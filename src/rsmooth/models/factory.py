@@ -11,7 +11,7 @@ An architecture is named in one of three ways: a name in ``MODELS`` (built in, o
 ``rsmooth.models`` of an installed package (loaded when the name is not in ``MODELS``).  Such a
 factory's net gets [0, 1] pixels unless ``mean``/``std`` are given.  A module named by the caller
 is looked for on ``sys.path``, then in the current folder; one recorded in a checkpoint on
-``sys.path`` only (:mod:`rsmooth.imports`).
+``sys.path`` only (:mod:`rsmooth.imports`), and only when the user opts in (:mod:`rsmooth.trust`).
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from torch import nn
 from ..errors import RsmoothError, check, first_line
 from ..imports import cwd_hint, import_module
 from ..registry import Registry
+from ..trust import check_arch_kwargs
 from .normalize import Normalize
 
 
@@ -322,6 +323,7 @@ def create_model(arch: str, dataset: str, num_classes: Optional[int] = None, *,
         check(tuple(input_size) == stats.input_shape,
               f"--input-size {' '.join(map(str, input_size))} differs from dataset {dataset!r}'s images "
               f"{stats.input_shape} (C, H, W); rsmooth does not resize: drop it or use that size")
+    check_arch_kwargs(arch_kwargs)
     check(spec.factory is not None or not arch_kwargs,
           f"--arch-kwargs applies to a package.module:factory architecture, not the built-in {arch!r}")
     if not spec.accepts(stats.input_shape):
