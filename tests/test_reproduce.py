@@ -1,5 +1,6 @@
 """rsmooth reproduce: budgets, the plan of ordinary run commands, the table beside the published
 values, and a whole reproduction killed once and rerun (a test table on digits)."""
+import contextlib
 import csv
 import json
 import os
@@ -330,3 +331,74 @@ def test_list_estimates_the_work_at_the_paper_budget(capsys):
     assert out.count("    work at the paper budget, ") == len(__import__("rsmooth.reproduce", fromlist=["TABLES"]).TABLES.names())
     assert "catrs:table12" in out and "work at the paper budget, 5 seeds: " in out
     assert "GPU-hours assume one A100-class GPU" in out and "an ASSUMPTION, not a measurement" in out
+
+
+# ----------------------------------------------------------------------------- issue 21, item 4
+
+
+@contextlib.contextmanager
+def _file_size_limit(nbytes):
+    """Writes past ``nbytes`` of a file fail with EFBIG, as on a full disk (SIGXFSZ ignored)."""
+    import resource
+
+    old_limit, old_handler = resource.getrlimit(resource.RLIMIT_FSIZE), signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, old_limit[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+
+
+def test_a_full_disk_at_the_record_write_leaves_no_record(tmp_path):
+    """The record's write fails part-way, as on a full disk (or a kill); the folder must not keep a
+    torn record that every rerun refuses."""
+    out = tmp_path / "rep"
+    with pytest.raises(OSError, match="File too large"), _file_size_limit(8):
+        reproduce("rsmooth:digits", str(out), print_commands=True)
+    assert [p.name for p in out.iterdir()] == []
+    assert "rsmooth train" in reproduce("rsmooth:digits", str(out), print_commands=True)
+
+
+def test_an_empty_record_of_an_earlier_version_is_taken_as_absent(tmp_path, capsys):
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "reproduce.json").write_bytes(b"")  # an earlier version killed at its (first) write
+    assert main(["reproduce", "rsmooth:digits", "--out", str(out), "--print-commands"]) == 0
+    assert "reproduce.json was empty (a run was stopped while writing it" in capsys.readouterr().err
+    assert json.loads((out / "reproduce.json").read_text()) == {"table": "rsmooth:digits", "budget": "small"}
+
+
+@pytest.mark.parametrize("sig,code,word", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
+def test_a_signal_during_a_step_is_told_once(tmp_path, monkeypatch, capsys, sig, code, word):
+    """``reproduce --jobs 1`` runs each step through main: the signal arrives while the step's own
+    main parses its arguments; the reproduction stops with the signal's status and one line."""
+    import rsmooth.cli as cli
+
+    real, calls = cli.build_parser, []
+
+    def parser():
+        calls.append(1)
+        if len(calls) == 2:  # the first step's main
+            os.kill(os.getpid(), sig)
+        return real()
+
+    monkeypatch.setattr(cli, "build_parser", parser)
+    assert main(["reproduce", "test:tiny", "--budget", BUDGET, "--out", str(tmp_path)]) == code
+    err = capsys.readouterr().err.strip()
+    assert len(calls) == 2 and err == f"rsmooth: {word}; rerun the same command (train: add --resume) to continue"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig,code,word", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
+def test_a_signal_while_a_step_trains(tmp_path, sig, code, word):
+    proc = _run(tmp_path)
+    deadline = time.time() + 300
+    while not list(tmp_path.glob("runs/digits/*/seed0/.lock")):  # the first step is training
+        assert proc.poll() is None and time.time() < deadline, proc.stdout.read()
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    log, _ = proc.communicate(timeout=120)
+    assert proc.returncode == code, log
+    assert log.count("rsmooth: terminated") + log.count("rsmooth: interrupted") == 1, log
+    assert f"rsmooth: {word}; rerun the same command" in log, log

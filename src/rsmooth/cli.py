@@ -1017,6 +1017,10 @@ def cmd_show_preset(args: argparse.Namespace) -> None:
     print(f"train it: rsmooth train --preset {preset.name} --out DIR  (flags given there override it)")
 
 
+#: main() calls running in this process (``reproduce --jobs 1`` runs each step through main)
+_depth = 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run one command and return its exit status.
 
@@ -1026,8 +1030,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     ``--debug`` (anywhere in the arguments) or ``RSMOOTH_DEBUG=1`` shows its traceback instead.
     130 (Ctrl-C) and 143 (SIGTERM, what schedulers send before killing a job): the run stops as
     if killed between two units of work (training saves the step in progress, certification keeps
-    its whole rows), and rerunning the same command (train: with --resume) continues it.
+    its whole rows), and rerunning the same command (train: with --resume) continues it.  A main
+    called inside another (a step of ``reproduce``) leaves signals to the outer one, which says
+    so once.
     """
+    global _depth
     import os
     import signal
     import threading
@@ -1046,8 +1053,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         raise KeyboardInterrupt  # unwind exactly as Ctrl-C does
 
     # before anything imports torch (seconds), so a stop during start-up is handled too
-    handle_signals = threading.current_thread() is threading.main_thread()
+    nested = _depth > 0
+    handle_signals = not nested and threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, on_sigterm) if handle_signals else None
+    _depth += 1
     try:
         with warnings.catch_warnings():  # restores the default display afterwards
             warnings.showwarning = _show_warning
@@ -1062,6 +1071,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 return 141
         raise
     except KeyboardInterrupt:
+        if nested:  # the outer main knows whether it was SIGTERM, and prints the one line
+            raise
         how = "terminated" if terminated else "interrupted"
         size = os.environ.get("WORLD_SIZE", "1")
         if size not in ("", "1"):  # a signal, or torchrun stopping the ranks after one failed
@@ -1080,6 +1091,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(message, file=sys.stderr)
         return code
     finally:
+        _depth -= 1
         if handle_signals:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
     return 0

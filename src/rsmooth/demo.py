@@ -22,6 +22,7 @@ import torch
 
 from .engine import TrainConfig, run_certification, train
 from .errors import RsmoothError
+from .fileio import atomic_write_text
 from .report import analyze
 
 SETTINGS_NAME = "demo.json"
@@ -93,7 +94,7 @@ def _prepare(root: Path, settings: Dict[str, Any], overwrite: bool) -> None:
             else:
                 p.unlink()
     root.mkdir(parents=True, exist_ok=True)
-    settings_path.write_text(json.dumps(settings) + "\n")
+    atomic_write_text(settings_path, json.dumps(settings) + "\n")
 
 
 def run_demo(out: str = "demo_out", sigmas: Sequence[float] = (0.25, 0.5), n: int = 1000,
@@ -129,6 +130,6 @@ def _run(root: Path, sigmas: Sequence[float], n: int, epochs: int, seed: int,
     labels = [f"Gaussian sigma={s}" for s in sigmas]
     plot = root / PLOT_NAME
     report = demo_report(analyze([str(p) for p in results], labels=labels, plot=str(plot)), root, runs)
-    (root / TABLE_NAME).write_text(report + "\n")
+    atomic_write_text(root / TABLE_NAME, report + "\n")
     log(f"== plot: {plot}")
     return report

@@ -10,6 +10,12 @@ by the next run on the same output (:func:`remove_stale_temps`, called under the
 A run holds :func:`run_lock` on its output from before it reads or writes anything there until
 it ends, so two processes never write the same output; the lock is released by the kernel when
 a process dies, however it dies.
+
+rsmooth never writes through a symbolic link at the file it writes (a link placed in a shared
+output folder would redirect the write to a file of the link's choosing): a file written whole
+replaces the link itself (the rename above), and a lock or a file written incrementally
+(:func:`open_nofollow`) refuses it with a one-line error.  This holds for the file the user names
+too, since its lock and side files lie beside it; folders on the way are followed as usual.
 """
 from __future__ import annotations
 
@@ -103,6 +109,11 @@ def atomic_write_bytes(path: PathLike, data: bytes) -> Path:
     return atomic_write(path, lambda f: f.write(data))
 
 
+def atomic_write_text(path: PathLike, text: str) -> Path:
+    """:func:`atomic_write` of ``text`` in UTF-8 (``Path.write_text``, atomically)."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
 #: the temporary names atomic_write gives (tempfile's 8 random characters)
 _TEMP_NAME = r"\.{}\.[a-z0-9_]{{8}}\.tmp"
 
@@ -126,13 +137,37 @@ def remove_stale_temps(*paths: PathLike) -> int:
     return removed
 
 
+#: open() modes of :func:`open_nofollow` and their os.open flags
+_MODES = {"w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+          "ab": os.O_WRONLY | os.O_CREAT | os.O_APPEND, "r+b": os.O_RDWR}
+
+
+def _open_fd(path: PathLike, flags: int) -> int:
+    """``os.open(path, flags)`` that refuses a symbolic link at ``path`` (``O_NOFOLLOW``)."""
+    try:
+        return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError:
+        if os.path.islink(path):  # ELOOP (EMLINK on BSD)
+            raise RsmoothError(f"{path} is a symbolic link; rsmooth does not write through links (it "
+                               f"would write wherever the link points): remove it or choose another "
+                               f"--out") from None
+        raise
+
+
+def open_nofollow(path: PathLike, mode: str = "a", **kwargs) -> IO:
+    """``open(path, mode, **kwargs)`` for a file written incrementally (``mode`` one of ``w``,
+    ``a``, ``ab``, ``r+b``), refusing a symbolic link at ``path`` with a one-line error."""
+    return os.fdopen(_open_fd(path, _MODES[mode]), mode, **kwargs)
+
+
 @contextlib.contextmanager
 def run_lock(lock_file: PathLike, target: PathLike) -> Iterator[None]:
     """Hold an exclusive lock on ``lock_file`` (created, with this pid in it) while the body runs.
 
     A second process asking for the same lock gets a one-line :class:`RsmoothError` naming the
     holder's pid and ``target`` (the output being written).  The lock file is removed on a clean
-    exit; one left by a killed process is stale and simply taken over.  On a file system without
+    exit; one left by a killed process is stale and simply taken over; a symbolic link there is
+    refused (:func:`open_nofollow`), never followed.  On a file system without
     locks (Lustre mounted without ``flock``) the body runs unlocked, with a warning.
     """
     lock_file = Path(lock_file)
@@ -163,8 +198,7 @@ _NO_LOCKS = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
 def _acquire(lock_file: Path, target: PathLike) -> Optional[int]:
     """The locked descriptor of ``lock_file``, or None where the file system cannot lock."""
     while True:
-        with naming(lock_file):
-            fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = _open_fd(lock_file, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

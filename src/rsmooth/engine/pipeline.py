@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import RsmoothError, check
+from ..fileio import atomic_write_text
 from ..methods import create_method
 from ..paths import check_output_dir
 from ..smoothing import Precision, validate_alpha, validate_count, validate_sigma
@@ -139,5 +140,5 @@ def run_pipeline(
     if not w.main:
         return ""
     table = analyze([str(p) for p in runs], labels=labels, plot=str(root / "certified_accuracy.png"))
-    (root / "table.md").write_text(table + "\n")
+    atomic_write_text(root / "table.md", table + "\n")
     return table

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple, Union
 
 from ..errors import check
-from ..fileio import atomic_write_bytes, naming
+from ..fileio import atomic_write_bytes, naming, open_nofollow
 from ..metrics.certify_io import SEQ_COLUMNS
 from ..smoothing.sequential import SequentialCertificate
 
@@ -83,7 +83,7 @@ class SeqWriter:
                            f"pass --overwrite to start again")
         write_seq_rows(path, kept)
         with naming(path):
-            self._f = open(path, "a", encoding="utf-8", newline="\n")
+            self._f = open_nofollow(path, "a", encoding="utf-8", newline="\n")
 
     def write(self, idx: int, cert: SequentialCertificate) -> None:
         fields = (idx, cert.c_a, cert.samples, cert.n, cert.n_a, repr(cert.p_lower), repr(cert.p_upper),

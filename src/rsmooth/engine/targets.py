@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from ..errors import RsmoothError, check, first_line
-from ..fileio import atomic_write, atomic_write_bytes, naming, remove_stale_temps, run_lock
+from ..fileio import atomic_write, atomic_write_bytes, naming, open_nofollow, remove_stale_temps, run_lock
 from ..paths import check_output_file
 from ..progress import Heartbeat, heartbeat_interval, progress_bar
 from ..smoothing import Smooth, validate_count, validate_sigma
@@ -343,7 +343,7 @@ class _Files:
     def write_rows(self, start: int, rows: np.ndarray) -> None:
         """Write ``rows`` (int32 [B x K]) in place from row ``start``, then fsync."""
         offset = np.load(self.partial, mmap_mode="r").offset + start * rows.shape[1] * 4
-        with naming(self.partial), open(self.partial, "r+b") as f:
+        with naming(self.partial), open_nofollow(self.partial, "r+b") as f:
             f.seek(offset)
             f.write(np.ascontiguousarray(rows, dtype=np.int32).tobytes())
             f.flush()

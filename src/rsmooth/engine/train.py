@@ -39,7 +39,7 @@ from torch import nn
 
 from .. import __version__
 from ..errors import RsmoothError, check
-from ..fileio import atomic_write_bytes, naming, remove_stale_temps, run_lock
+from ..fileio import atomic_write_bytes, naming, open_nofollow, remove_stale_temps, run_lock
 from ..methods import METHODS, Batch, Method, StepContext, create_method
 from ..paths import check_output_dir
 from ..progress import Heartbeat, format_duration, progress_bar
@@ -726,7 +726,7 @@ def _run_log(out_dir: Path, c: TrainConfig, history: List[Dict[str, Any]], w: Wo
         {"config": c.to_dict(), "world_size": w.size, "versions": versions(), "git_commit": git_commit()},
         indent=2) + "\n").encode())
     log_path = atomic_write_bytes(out_dir / "train.log", "".join(json.dumps(r) + "\n" for r in history).encode())
-    log_file = open(log_path, "a")
+    log_file = open_nofollow(log_path, "a")
 
     def write(record: Dict[str, Any]) -> None:
         with naming(log_path):

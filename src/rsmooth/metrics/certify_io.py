@@ -30,7 +30,7 @@ from typing import Any, List, Optional, Set, Tuple, Union
 import numpy as np
 
 from ..errors import RsmoothError
-from ..fileio import atomic_write_bytes, naming
+from ..fileio import atomic_write_bytes, naming, open_nofollow
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -241,7 +241,7 @@ class CertifyWriter:
             write_header = True
             if resume and self.path.exists():
                 write_header = not self._prepare_resume()
-            self._f = open(self.path, "w" if write_header else "a", encoding="utf-8", newline="\n")
+            self._f = open_nofollow(self.path, "w" if write_header else "a", encoding="utf-8", newline="\n")
             if write_header:
                 try:
                     self._f.write(TSV_HEADER + "\n")

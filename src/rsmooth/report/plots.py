@@ -14,6 +14,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from ..errors import RsmoothError
+from ..fileio import atomic_write
 from ..metrics import certified_accuracy
 from .summary import FileSummary, PathLike, _check_labels, _number_from_meta, adaptive_limit, file_bounds
 
@@ -136,8 +137,7 @@ def _decided_radii(s: FileSummary) -> List[float]:
 def _save(fig, out: Path, fmt: str) -> Path:
     """Write ``fig`` to ``out`` (parents created); one-line error when it cannot be written."""
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=150, format=fmt)
+        atomic_write(out, lambda f: fig.savefig(f, dpi=150, format=fmt))  # replaces a link, not its target
     except OSError as e:
         if isinstance(e, (FileExistsError, NotADirectoryError)):
             why = f"{next((p for p in out.parents if p.is_file()), e.filename)} is a file, not a folder"

@@ -10,10 +10,12 @@ printed as independent commands for a cluster scheduler.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from ..errors import RsmoothError, check
+from ..fileio import atomic_write_text
 from ..paths import check_output_dir
 from .plan import Step, commands, plan, run_steps
 from .render import render
@@ -46,10 +48,12 @@ def list_tables() -> str:
 
 
 def _check_folder(out: Path, spec: TableSpec, budget: Budget) -> None:
-    """``out/reproduce.json`` ties the folder to one table and budget (seeds may be added)."""
+    """``out/reproduce.json`` ties the folder to one table and budget (seeds may be added).  An
+    empty one is taken as absent: earlier versions, killed at its first write (not atomic), left
+    it so before any step ran."""
     record = out / "reproduce.json"
     mine = {"table": spec.id, "budget": budget.name}
-    if record.exists():
+    if record.exists() and record.stat().st_size > 0:
         try:
             old = json.loads(record.read_text())
         except ValueError:
@@ -59,8 +63,11 @@ def _check_folder(out: Path, spec: TableSpec, budget: Budget) -> None:
         for k, v in mine.items():
             check(old.get(k) == v, f"{out} holds a reproduction of {old.get('table')} at budget {old.get('budget')}, "
                   f"not {spec.id} at {budget.name}; choose another --out")
-    else:
-        record.write_text(json.dumps(mine, indent=1) + "\n")
+        return
+    if record.exists():
+        warnings.warn(f"{record} was empty (a run was stopped while writing it, before any step); "
+                      f"it now ties {out} to {spec.id} at budget {budget.name}")
+    atomic_write_text(record, json.dumps(mine, indent=1) + "\n")
 
 
 def reproduce(table: str, out: str, *, budget: str = "small", seeds: Optional[int] = None, jobs: int = 1,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import RsmoothError
+from ..fileio import atomic_write_text, open_nofollow
 from ..engine.pipeline import SIGMA0
 from ..presets import preset_config
 from .spec import Budget, Row, TableSpec, budget_protocol, scaled, split_size, target_samples
@@ -212,7 +213,7 @@ def _run_parallel(todo: List[Step], jobs: int, logs: Path, log: Callable[[str], 
             waiting.remove(ready)
             started += 1
             path = logs / (ready.title.replace(" ", "_").replace("/", "-") + ".log")
-            with open(path, "ab") as fh:
+            with open_nofollow(path, "ab") as fh:
                 proc = subprocess.Popen([sys.executable, "-m", "rsmooth", *ready.argv], stdout=fh,
                                         stderr=subprocess.STDOUT, env=_child_env(jobs),
                                         preexec_fn=_die_with_parent if sys.platform == "linux" else None)
@@ -246,5 +247,5 @@ def commands(steps: Sequence[Step], folder: Optional[Path] = None) -> str:
             lines += [s.command() for s in these]
             if folder is not None:
                 folder.mkdir(parents=True, exist_ok=True)
-                (folder / f"stage{stage + 1}.txt").write_text("".join(s.command() + "\n" for s in these))
+                atomic_write_text(folder / f"stage{stage + 1}.txt", "".join(s.command() + "\n" for s in these))
     return "\n".join(lines)

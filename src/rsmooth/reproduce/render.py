@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..fileio import atomic_write_text
 from .spec import Budget, TableSpec, budget_protocol, target_samples
 
 
@@ -156,9 +157,10 @@ def render(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path,
         notes.append(f"-: not certified yet ({missing} of {len(spec.rows) * len(seeds)} runs missing); rerun the "
                      f"command to continue")
     text = "\n".join(caption(spec, budget, seeds, train_sizes) + [""] + lines + [""] + [f"Note: {n}" for n in notes])
-    (out / "table.md").write_text(text + "\n")
-    (out / "results.json").write_text(json.dumps({"table": spec.id, "budget": budget.name, "seeds": list(seeds),
-                                                  "rows": record}, indent=1, default=_json) + "\n")
+    atomic_write_text(out / "table.md", text + "\n")
+    atomic_write_text(out / "results.json", json.dumps({"table": spec.id, "budget": budget.name,
+                                                        "seeds": list(seeds), "rows": record},
+                                                       indent=1, default=_json) + "\n")
     return text
 
 
