@@ -1,0 +1,40 @@
+"""Bad input (issue 21, section 5): each a one-line RsmoothError saying what is wrong and how to fix
+it, checked before any work; never a traceback, a silent wrong answer or a refused valid input."""
+import pytest
+import torch
+
+from rsmooth import RsmoothError, Smooth
+
+
+class Linear4(torch.nn.Module):
+    """Three logits from 1 x 2 x 2 images."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+# -- certify_batch: labels and indices are integers in range, never truncated or wrapped -------
+@pytest.mark.parametrize("kw, message", [
+    (dict(labels=["cat", "dog"]), r"labels\[0\] is 'cat', not a class in 0..2 \(num_classes=3\): pass class indices"),
+    (dict(labels="ab"), r"labels must be a sequence of 2 integers, got str"),
+    (dict(labels=[0, 3]), r"labels\[1\] is 3, not a class in 0..2"),
+    (dict(labels=[0, -1]), r"labels\[1\] is -1, not a class in 0..2"),
+    (dict(labels=[0]), r"labels has 1 entries for 2 images"),
+    (dict(indices=[0.5, 1.7]), r"indices\[0\] is 0.5, not a dataset index \(an integer >= 0\)"),
+    (dict(indices=[3, -1]), r"indices\[1\] is -1, not a dataset index"),
+    (dict(indices=torch.tensor([1.0, 2.5])), r"indices\[1\] is 2.5, not a dataset index"),
+])
+def test_certify_batch_refuses_bad_labels_and_indices(kw, message):
+    with pytest.raises(RsmoothError, match=message):
+        Smooth(Linear4(), 3, 0.25).certify_batch(torch.rand(2, 1, 2, 2), 5, 10, 0.01, 10, **kw)
+
+
+def test_certify_batch_takes_integer_arrays_and_tensors():
+    s = Smooth(Linear4(), 3, 0.25)
+    records = s.certify_batch(torch.rand(2, 1, 2, 2), 5, 10, 0.01, 10, labels=torch.tensor([2, 0]),
+                              indices=[4.0, 7])
+    assert [(r["index"], r["label"]) for r in records] == [(4, 2), (7, 0)]
