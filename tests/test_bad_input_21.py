@@ -38,3 +38,26 @@ def test_certify_batch_takes_integer_arrays_and_tensors():
     records = s.certify_batch(torch.rand(2, 1, 2, 2), 5, 10, 0.01, 10, labels=torch.tensor([2, 0]),
                               indices=[4.0, 7])
     assert [(r["index"], r["label"]) for r in records] == [(4, 2), (7, 0)]
+
+
+# -- a factory whose logits ignore the batch size fails at creation, not in training -------------
+class OneRow(torch.nn.Module):
+    """Logits [1, 10] for any batch: the mean over the batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1)).mean(0, keepdim=True)
+
+
+def test_a_factory_returning_one_row_for_any_batch_is_refused(monkeypatch):
+    import rsmooth
+    from rsmooth.models import MODELS, create_model
+
+    monkeypatch.setattr(MODELS, "_items", dict(MODELS._items))  # the registration ends with the test
+    rsmooth.register_model("_one_row", lambda: OneRow())
+    with pytest.raises(RsmoothError, match=r"architecture _one_row must return logits \[B, K\], one row per "
+                                           r"input; for an input \[2, 1, 8, 8\] it returned \(1, 10\)"):
+        create_model("_one_row", "digits")
