@@ -61,3 +61,26 @@ def test_a_factory_returning_one_row_for_any_batch_is_refused(monkeypatch):
     with pytest.raises(RsmoothError, match=r"architecture _one_row must return logits \[B, K\], one row per "
                                            r"input; for an input \[2, 1, 8, 8\] it returned \(1, 10\)"):
         create_model("_one_row", "digits")
+
+
+# -- --mean/--std: finite, std > 0, checked before any data is read ------------------------------
+NORM = r"--mean/--std must be finite numbers with std > 0 \(per channel, in \[0,1\] pixel units"
+
+
+@pytest.mark.parametrize("mean, std", [([0.5], [float("inf")]), ([float("nan")], [0.25]), ([0.5], [0.0]),
+                                       ([float("-inf")], [1.0])])
+def test_train_refuses_non_finite_normalisation_before_reading_data(mean, std, tmp_path, monkeypatch):
+    import rsmooth.data
+    from rsmooth.engine import TrainConfig, train
+
+    monkeypatch.setattr(rsmooth.data, "get_dataset", lambda *a, **k: pytest.fail("data read before the check"))
+    config = TrainConfig(dataset="digits", arch="digits_cnn", epochs=1, mean=mean, std=std, hparams={"sigma": 0.25})
+    with pytest.raises(RsmoothError, match=NORM):
+        train(config, tmp_path / "run", progress=False, log=lambda s: None)
+
+
+def test_a_model_with_infinite_std_is_refused():
+    from rsmooth.models import create_model
+
+    with pytest.raises(RsmoothError, match=NORM + r".*got mean \[0.5\] and std \[inf\]"):
+        create_model("digits_cnn", "digits", mean=[0.5], std=[float("inf")])
