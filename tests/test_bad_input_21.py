@@ -84,3 +84,21 @@ def test_a_model_with_infinite_std_is_refused():
 
     with pytest.raises(RsmoothError, match=NORM + r".*got mean \[0.5\] and std \[inf\]"):
         create_model("digits_cnn", "digits", mean=[0.5], std=[float("inf")])
+
+
+# -- integer weights are not silently cast ---------------------------------------------------------
+def test_a_safetensors_file_with_integer_weights_is_refused(tmp_path):
+    from safetensors.torch import save_file
+
+    from rsmooth.engine import load_model
+    from rsmooth.models import create_model
+
+    state = {k: v.contiguous() for k, v in create_model("digits_cnn", "digits").state_dict().items()}
+    first = next(k for k, v in state.items() if k.startswith("1.") and v.is_floating_point())
+    state[first] = (state[first] * 100).to(torch.int32)
+    path = tmp_path / "int.safetensors"
+    save_file(state, str(path), metadata={"arch": "digits_cnn", "dataset": "digits"})
+    with pytest.raises(RsmoothError, match=rf"checkpoint {path}: the checkpoint holds non-floating-point weights "
+                                           rf"where 'digits_cnn' has floating-point ones: {first} \(torch.int32\); "
+                                           r".*save them as float32"):
+        load_model(path)
