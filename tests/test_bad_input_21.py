@@ -102,3 +102,16 @@ def test_a_safetensors_file_with_integer_weights_is_refused(tmp_path):
                                            rf"where 'digits_cnn' has floating-point ones: {first} \(torch.int32\); "
                                            r".*save them as float32"):
         load_model(path)
+
+
+# -- certify --sequential/--adaptive --n: refused, not ignored ---------------------------------------
+@pytest.mark.parametrize("mode", [["--sequential", "--radii", "0.25"], ["--adaptive"]])
+def test_cli_sequential_refuses_n_instead_of_ignoring_it(mode, tmp_path, capsys):
+    from rsmooth.cli import main
+
+    assert main(["certify", "--checkpoint", str(tmp_path / "none"), "--out", str(tmp_path / "c.tsv"),
+                 *mode, "--n", "500"]) == 2
+    assert capsys.readouterr().err == (
+        f"rsmooth: error: --n goes with fixed-sample certification; {mode[0]} draws samples until it can stop, "
+        f"at most --n-max (default 100000): pass --n-max 500 instead of --n\n")
+    assert list(tmp_path.iterdir()) == []
