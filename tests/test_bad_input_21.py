@@ -115,3 +115,27 @@ def test_cli_sequential_refuses_n_instead_of_ignoring_it(mode, tmp_path, capsys)
         f"rsmooth: error: --n goes with fixed-sample certification; {mode[0]} draws samples until it can stop, "
         f"at most --n-max (default 100000): pass --n-max 500 instead of --n\n")
     assert list(tmp_path.iterdir()) == []
+
+
+# -- a denoiser run with another --arch: refused, not ignored -------------------------------------------
+@pytest.fixture(scope="module")
+def denoiser_run(tmp_path_factory):
+    from rsmooth.engine import TrainConfig, train
+
+    root = tmp_path_factory.mktemp("den")
+    quiet = dict(progress=False, log=lambda s: None)
+    small = dict(dataset="digits", epochs=1, train_subset=256, eval_examples=0)
+    train(TrainConfig(method="standard", **small), root / "clf", **quiet)
+    train(TrainConfig(method="denoise-mse", classifier=str(root / "clf"), optimizer="adam", lr=1e-3,
+                      hparams={"sigma": 0.25}, **small), root / "den", **quiet)
+    return root / "den"
+
+
+@pytest.mark.slow
+def test_a_denoiser_run_refuses_another_arch(denoiser_run):
+    from rsmooth.engine import load_model
+
+    with pytest.raises(RsmoothError, match=r"is a denoiser run: it rebuilds its denoiser \(dncnn_small\) and the "
+                                           r"classifier it records, so --arch digits_cnn would be ignored; drop --arch"):
+        load_model(denoiser_run, arch="digits_cnn")
+    assert load_model(denoiser_run, arch="dncnn_small").arch == load_model(denoiser_run).arch  # its own: accepted

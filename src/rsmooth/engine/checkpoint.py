@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from .. import __version__
-from ..errors import RsmoothError
+from ..errors import RsmoothError, check
 from ..fileio import atomic_write
 
 FORMAT = "rsmooth-checkpoint"
@@ -325,6 +325,9 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
                                f"(it has keys {', '.join(map(repr, sorted(ckpt)[:10]))}); it was edited or "
                                f"damaged: restore it from a copy or retrain")
         if isinstance(ckpt.get("classifier"), Mapping):
+            check(arch is None or arch == ckpt["arch"],
+                  f"checkpoint {p} is a denoiser run: it rebuilds its denoiser ({ckpt['arch']}) and the classifier "
+                  f"it records, so --arch {arch} would be ignored; drop --arch")
             return _load_denoised(p, ckpt, dataset, trust_pickle, named=arch is not None and arch == ckpt["arch"])
         ck_arch, ck_data = ckpt["arch"], ckpt["dataset"]
         if arch is not None and ck_arch not in (arch, arch_ref(arch)):
