@@ -139,3 +139,23 @@ def test_a_denoiser_run_refuses_another_arch(denoiser_run):
                                            r"classifier it records, so --arch digits_cnn would be ignored; drop --arch"):
         load_model(denoiser_run, arch="digits_cnn")
     assert load_model(denoiser_run, arch="dncnn_small").arch == load_model(denoiser_run).arch  # its own: accepted
+
+
+# -- every corruption and severity is checked before the first is certified -----------------------------
+@pytest.mark.parametrize("suite", ["mnist-c", "cifar10-c"])
+def test_certify_checks_every_severity_before_any_work(suite, tmp_path, capsys):
+    from rsmooth.cli import main
+
+    out = tmp_path / "c"
+    assert main(["certify", "--checkpoint", str(tmp_path / "run"), "--dataset", "digits", "--corruption",
+                 "shot_noise", "--corruption-suite", suite, "--severity", "1,6", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (f"rsmooth: error: corruption shot_noise ({suite}) has severities 1, 2, 3, 4, "
+                                       f"5, not 6; pass --severity among them or 'all'\n")
+    assert not out.exists()
+
+
+def test_a_published_set_without_levels_refuses_severity_in_the_plan():
+    from rsmooth.engine import corruption_plan
+
+    with pytest.raises(RsmoothError, match=r"corruption shot_noise \(mnist-c\) has one published level; drop --severity"):
+        corruption_plan("mnist-c", "shot_noise,fog", "1")
