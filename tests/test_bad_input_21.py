@@ -159,3 +159,14 @@ def test_a_published_set_without_levels_refuses_severity_in_the_plan():
 
     with pytest.raises(RsmoothError, match=r"corruption shot_noise \(mnist-c\) has one published level; drop --severity"):
         corruption_plan("mnist-c", "shot_noise,fog", "1")
+
+
+# -- reproduce --device: checked before any step ----------------------------------------------------------
+def test_reproduce_checks_the_device_before_any_work(tmp_path, capsys):
+    from rsmooth.cli import main
+
+    out = tmp_path / "r"
+    assert main(["reproduce", "rsmooth:digits", "--budget", "smoke", "--out", str(out), "--device", "cuda:7"]) == 2
+    assert capsys.readouterr().err.startswith("rsmooth: error: device 'cuda:7' is not available on this machine; "
+                                              "use one of: cpu")
+    assert not out.exists()
