@@ -170,3 +170,16 @@ def test_reproduce_checks_the_device_before_any_work(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("rsmooth: error: device 'cuda:7' is not available on this machine; "
                                               "use one of: cpu")
     assert not out.exists()
+
+
+# -- certify_adaptive(radius_tol=inf): a valid tolerance (stop at the first look), not refused -------------
+def test_adaptive_accepts_an_infinite_tolerance_and_stops_at_the_first_look():
+    from rsmooth.smoothing.sequential import FIRST_LOOK
+
+    s = Smooth(Linear4(), 3, 0.25)
+    g = torch.Generator().manual_seed(0)
+    cert = s.certify_adaptive(torch.rand(1, 2, 2), 10, 0.01, radius_tol=float("inf"), n_max=1000, generator=g)
+    assert cert.n == FIRST_LOOK
+    with pytest.raises(RsmoothError, match=r"radius_tol must be >= 0 \(e.g. 0.05; inf stops at the first look\), "
+                                           r"got nan"):
+        s.certify_adaptive(torch.rand(1, 2, 2), 10, 0.01, radius_tol=float("nan"))

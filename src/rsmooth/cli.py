@@ -242,7 +242,7 @@ def _add_sequential_flags(p: argparse.ArgumentParser) -> None:
                    "(default: 100000)")
     g.add_argument("--radius-tol", type=float,
                    help="with --adaptive: l2 radius (in [0,1] pixel units) that the samples up to --n-max may "
-                   "still add at the stop (default: 0.05)")
+                   "still add at the stop (default: 0.05; inf: stop at the first look)")
     g.add_argument("--futility", type=float, metavar="BETA",
                    help="with --sequential or --adaptive: level of the upper bound that gives up radii (or radius "
                    "gains) --n-max samples would not reach; the chance of giving up one they would reach is at "

@@ -518,7 +518,7 @@ class Smooth:
         Args:
             x, n0, alpha, n_max, batch_size, generator, futility: as in :meth:`certify_sequential`;
             radius_tol: l2 radius in [0, 1] pixel units (>= 0; 0 draws all n_max samples
-            unless the radius is already out of reach).
+            unless the radius is already out of reach; ``inf`` stops at the first look).
         """
         radius_tol = validate_radius_tol(radius_tol)
         c_a, bounds, capped = self._sequence(x, n0, alpha, n_max, batch_size, generator, futility,
