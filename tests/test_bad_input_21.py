@@ -183,3 +183,58 @@ def test_adaptive_accepts_an_infinite_tolerance_and_stops_at_the_first_look():
     with pytest.raises(RsmoothError, match=r"radius_tol must be >= 0 \(e.g. 0.05; inf stops at the first look\), "
                                            r"got nan"):
         s.certify_adaptive(torch.rand(1, 2, 2), 10, 0.01, radius_tol=float("nan"))
+
+
+# -- analyze --corruptions: unfinished and --sequential files are told, not averaged silently -------------
+def _corruption_file(folder, name, rows, **meta):
+    from rsmooth.metrics import CertifyWriter, write_sidecar
+
+    path = folder / f"{name}.tsv"
+    with CertifyWriter(path) as w:
+        for i, (radius, correct) in enumerate(rows):
+            w.write(i, 1, 1 if correct else 0, radius, correct, 0.1)
+    corruption = {"name": name, "severity": None, "source": "generated", "suite": "mnist-c", "seed": 0}
+    write_sidecar(path, {"dataset": "digits", "sigma": 0.25, "method": "gaussian", "corruption": corruption, **meta})
+
+
+def test_analyze_corruptions_notes_unfinished_and_sequential_files(tmp_path, monkeypatch):
+    import json
+
+    from rsmooth.report import corruption_tables
+    from rsmooth.report import corruptions as rc
+
+    monkeypatch.setitem(rc.BENCHMARK, "mnist-c", ("shot_noise", "fog", "stripe"))
+    _corruption_file(tmp_path, "shot_noise", [(0.5, 1), (0.0, 0)], complete=False, num_examples=10)
+    _corruption_file(tmp_path, "fog", [(0.25, 1), (0.0, 0)], complete=True, num_examples=2, mode="sequential",
+                     radii=[0.25])
+    _corruption_file(tmp_path, "stripe", [(0.25, 1), (0.0, 0)], complete=True, num_examples=2, mode="sequential",
+                     radii=[0.0, 0.25])
+    (tmp_path / "fog.tsv.seq").write_text("the side file of fog.tsv\n")
+    out = json.loads(corruption_tables([tmp_path], as_json=True))
+    acr, acc = ({row["label"]: row["cells"][0]["value"] for row in t["rows"]} for t in out["tables"])
+    assert acr == {"shot_noise": 0.25, "fog": None, "stripe": None, "mACR": None}
+    assert acc == {"shot_noise": 50.0, "fog": None, "stripe": 50.0, "mAcc": None}
+    assert "Gaussian shot_noise.tsv: incomplete: 2 of 10 examples (stopped, or still running; rerun its certify " \
+           "command to finish it); its figures are over the examples done" in out["notes"]
+    assert "Gaussian: fog.tsv, stripe.tsv: --sequential results decide robustness at their --radii only, so they " \
+           "have no ACR ('-') and no accuracy at r = 0 where 0 is not among their --radii; certify or --adaptive " \
+           "estimates every radius" in out["notes"]
+
+
+@pytest.mark.slow
+def test_analyze_corruptions_reads_a_folder_of_certify_corruption_sequential(tmp_path, capsys):
+    from rsmooth.cli import main
+    from rsmooth.engine import TrainConfig, train
+
+    train(TrainConfig(dataset="digits", epochs=1, train_subset=256, eval_examples=0, hparams={"sigma": 0.25}),
+          tmp_path / "run", progress=False, log=lambda s: None)
+    folder = tmp_path / "c"
+    assert main(["certify", "--checkpoint", str(tmp_path / "run"), "--corruption", "shot_noise,fog", "--sequential",
+                 "--radii", "0", "0.25", "--n0", "10", "--n-max", "100", "--max", "3", "--out", str(folder)]) == 0
+    assert sorted(p.name for p in folder.glob("*.seq")) == ["fog.tsv.seq", "shot_noise.tsv.seq"]
+    (folder / "fog.tsv.seq").rename(folder / "fog.tsv.seq.tsv")  # the name earlier versions wrote
+    capsys.readouterr()
+    assert main(["analyze", "--corruptions", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "| shot_noise | - |" in out and "| fog | - |" in out  # ACR
+    assert "Gaussian: fog.tsv, shot_noise.tsv: --sequential results decide robustness at their --radii only" in out
