@@ -157,7 +157,7 @@ def test_certify_checks_every_severity_before_any_work(suite, tmp_path, capsys):
 def test_a_published_set_without_levels_refuses_severity_in_the_plan():
     from rsmooth.engine import corruption_plan
 
-    with pytest.raises(RsmoothError, match=r"corruption shot_noise \(mnist-c\) has one published level; drop --severity"):
+    with pytest.raises(RsmoothError, match=r"shot_noise \(mnist-c\) has one published level; drop --severity"):
         corruption_plan("mnist-c", "shot_noise,fog", "1")
 
 

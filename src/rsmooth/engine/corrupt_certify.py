@@ -88,7 +88,7 @@ def corruption_plan(dataset: str, corruptions: Names = "all", severities: Levels
             bad = [s for s in asked if s not in levels]
             check(not bad, f"corruption {name} ({suite_name}) has " + (
                 f"severities {', '.join(map(str, levels))}, not {', '.join(map(str, bad))}; pass --severity among "
-                f"them or 'all'" if levels else f"one published level; drop --severity"))
+                f"them or 'all'" if levels else "one published level; drop --severity"))
             return asked
         return (levels if suite_name == "cifar10-c" else []) or [None]
 

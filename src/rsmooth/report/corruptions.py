@@ -450,7 +450,8 @@ def _run_notes(models: List[ModelResults]) -> List[str]:
                   for c in cells if c.complete is False]
         seq = [c for c in cells if c.mode == "sequential"]
         if seq:
-            names = ", ".join(Path(c.path).name for c in seq[:3]) + (f", ... ({len(seq)} files)" if len(seq) > 3 else "")
+            names = ", ".join(Path(c.path).name for c in seq[:3])
+            names += f", ... ({len(seq)} files)" if len(seq) > 3 else ""
             no_zero = any(c.accuracy is None for c in seq)
             notes.append(f"{m.label}: {names}: --sequential results decide robustness at their --radii only, so they "
                          f"have no ACR ('-')" + (" and no accuracy at r = 0 where 0 is not among their --radii"
@@ -582,7 +583,9 @@ def corruption_tables(folders: Sequence[PathLike], labels: Optional[Sequence[str
     prints only that severity's two tables.  Without severities (MNIST-C style,
     ``<corruption>.tsv``): Tables 24-25.  Per-severity means are over the benchmark corruptions
     (:data:`rsmooth.corruptions.BENCHMARK`) and "-" for a model missing one; held-out and other
-    corruptions are rows outside the mean.  Bold marks the best and underline the runner-up of
+    corruptions are rows outside the mean.  A file whose sidecar says ``complete: false`` is noted
+    (its figures are over the examples done); a ``--sequential`` file has no ACR, and no accuracy at
+    r = 0 unless 0 is among its radii ("-", with a note).  Bold marks the best and underline the runner-up of
     each column (Table 13) or row (the others) among our models, on the printed values.
 
     Args:
