@@ -242,7 +242,7 @@ def test_normalize_identity_for_unnormalised_datasets(dataset):
 def test_normalize_validation_and_dtype():
     with pytest.raises(RsmoothError):
         Normalize((0.5,), None)
-    with pytest.raises(RsmoothError, match="positive"):
+    with pytest.raises(RsmoothError, match="std > 0"):
         Normalize((0.5,), (0.0,))
     with pytest.raises(RsmoothError, match="same length"):
         Normalize((0.5, 0.5), (0.2,))

@@ -199,11 +199,15 @@ def _batch_help() -> str:
             f"LeNet and ResNet-20, see BENCHMARKS.md; a GPU may want more)")
 
 
+#: --n when not given (certify leaves it None, to refuse it with --sequential/--adaptive)
+DEFAULT_N = 100_000
+
+
 def _add_certify_options(p: argparse.ArgumentParser, mode: str) -> None:
     """The certification flags shared by certify, predict and pipeline."""
     if mode == "certify":
         p.add_argument("--n0", type=_integer, default=100, help="samples to select the class (default: 100)")
-    p.add_argument("--n", type=_integer, default=100_000,
+    p.add_argument("--n", type=_integer, default=DEFAULT_N,
                    help=f"Monte Carlo samples to {'vote' if mode == 'predict' else 'estimate the bound'} "
                    "(default: 100000)")
     p.add_argument("--alpha", type=float, default=0.001, help="failure probability in (0, 1) (default: 0.001)")
@@ -247,11 +251,12 @@ def _add_sequential_flags(p: argparse.ArgumentParser) -> None:
                    "(default: 100000)")
     g.add_argument("--radius-tol", type=float,
                    help="with --adaptive: l2 radius (in [0,1] pixel units) that the samples up to --n-max may "
-                   "still add at the stop (default: 0.05)")
+                   "still add at the stop (default: 0.05; inf: stop at the first look)")
     g.add_argument("--futility", type=float, metavar="BETA",
                    help="with --sequential or --adaptive: level of the upper bound that gives up radii (or radius "
                    "gains) --n-max samples would not reach; the chance of giving up one they would reach is at "
                    "most 2 * BETA. Never affects a certificate's validity (default: 0.05; below 1/e)")
+    p.set_defaults(n=None)  # an --n given is told from the default: these modes draw up to --n-max
 
 
 def _add_heartbeat_flag(p: argparse.ArgumentParser) -> None:
@@ -272,11 +277,15 @@ def _sequential_options(args: argparse.Namespace) -> Dict[str, Any]:
         for flag in ("--radii", "--n-max", "--radius-tol", "--futility"):
             if getattr(args, flag[2:].replace("-", "_"), None) is not None:
                 raise RsmoothError(f"{flag} goes with --sequential or --adaptive; add one of them or drop {flag}")
-        return {"mode": args.mode}
+        return {"mode": args.mode, "n": DEFAULT_N if args.n is None else args.n}
     if adaptive and args.radii is not None:
         raise RsmoothError("--radii goes with --sequential; --adaptive estimates each radius (drop --radii)")
     if seq and args.radius_tol is not None:
         raise RsmoothError("--radius-tol goes with --adaptive; --sequential decides the given --radii")
+    if args.n is not None:
+        raise RsmoothError(f"--n goes with fixed-sample certification; --{'sequential' if seq else 'adaptive'} draws "
+                           f"samples until it can stop, at most --n-max (default 100000): pass --n-max {args.n} "
+                           f"instead of --n")
     if seq and args.radii is None:
         raise RsmoothError("--sequential needs the radii to decide: add --radii R [R ...] (e.g. --radii 0.25 0.5 0.75)")
     out: Dict[str, Any] = {"mode": "sequential" if seq else "adaptive", "radii": args.radii}
@@ -750,7 +759,7 @@ def cmd_certify(args: argparse.Namespace) -> None:
     from .engine.distributed import world
 
     kwargs = dict(**_sequential_options(args), dataset=args.dataset, split=args.split,
-                  sigma=args.sigma, n0=getattr(args, "n0", 100), n=args.n, alpha=args.alpha,
+                  sigma=args.sigma, n0=getattr(args, "n0", 100), alpha=args.alpha,
                   batch_size=args.batch_size, start=args.start, skip=args.skip, max=args.max, shard=args.shard,
                   seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
                   data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,

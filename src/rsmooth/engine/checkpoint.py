@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from .. import __version__
-from ..errors import RsmoothError
+from ..errors import RsmoothError, check
 from ..fileio import atomic_write
 from ..trust import UntrustedCode, check_arch_kwargs, check_recorded_arch
 
@@ -346,6 +346,9 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
                                f"(it has keys {', '.join(map(repr, sorted(ckpt)[:10]))}); it was edited or "
                                f"damaged: restore it from a copy or retrain")
         if isinstance(ckpt.get("classifier"), Mapping):
+            check(arch is None or arch == ckpt["arch"],
+                  f"checkpoint {p} is a denoiser run: it rebuilds its denoiser ({ckpt['arch']}) and the classifier "
+                  f"it records, so --arch {arch} would be ignored; drop --arch")
             return _load_denoised(p, ckpt, dataset, trust_pickle, named=arch is not None and arch == ckpt["arch"],
                                   trust_code=trust_code)
         ck_arch, ck_data = ckpt["arch"], ckpt["dataset"]

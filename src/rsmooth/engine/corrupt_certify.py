@@ -85,6 +85,10 @@ def corruption_plan(dataset: str, corruptions: Names = "all", severities: Levels
         loader refuses any), else all of a CIFAR-C benchmark's, else its one (default) level."""
         levels = list(release.severities) if release else list(get_suite(suite_name).get(name).severities)
         if asked is not None and (levels or release):
+            bad = [s for s in asked if s not in levels]
+            check(not bad, f"corruption {name} ({suite_name}) has " + (
+                f"severities {', '.join(map(str, levels))}, not {', '.join(map(str, bad))}; pass --severity among "
+                f"them or 'all'" if levels else "one published level; drop --severity"))
             return asked
         return (levels if suite_name == "cifar10-c" else []) or [None]
 

@@ -124,6 +124,7 @@ class TrainConfig:
         """Fill dataset-dependent defaults (arch, lr, epochs, lr_step) and validate."""
         from ..data import dataset_info
         from ..models import arch_ref, default_arch
+        from ..models.normalize import validate_normalization
 
         info = dataset_info(self.dataset)  # unknown dataset -> error listing the valid ones
         d = DATASET_DEFAULTS.get(self.dataset, DATASET_DEFAULTS["cifar10"])
@@ -142,6 +143,7 @@ class TrainConfig:
         )
         check(c.num_classes is None or (isinstance(c.num_classes, int) and c.num_classes >= info.num_classes),
               f"--num-classes must be at least the {info.num_classes} classes of {c.dataset}, got {c.num_classes!r}")
+        validate_normalization(c.mean or [], c.std or [])  # before any data is read
         check(c.epochs >= 1, f"--epochs must be >= 1, got {c.epochs}")
         check(c.batch_size >= 1, f"--batch-size must be >= 1, got {c.batch_size}")
         check(c.lr > 0 and math.isfinite(c.lr), f"--lr must be > 0, got {c.lr}")

@@ -196,5 +196,10 @@ def load_weights(model: nn.Module, obj: Any, dataset: str, *,
         raise RsmoothError(
             f"the checkpoint's architecture does not match {arch!r} for {dataset}{said}: "
             + "; ".join(problems))
+    ints = [f"{names[k]} ({state[k].dtype})" for k in target
+            if target[k].is_floating_point() and not state[k].is_floating_point()]
+    check(not ints, f"the checkpoint holds non-floating-point weights where {arch!r} has floating-point "
+                    f"ones: {_fmt(ints, 2)}; it is not a trained model's weights (a quantised or damaged "
+                    f"file?): save them as float32")
     model.load_state_dict(state, strict=False)
     return model

@@ -268,21 +268,24 @@ def _call_factory(spec: ArchSpec, kwargs: Mapping[str, Any], num_classes: int,
 
 
 def _check_forward(model: nn.Module, arch: str, input_shape: Tuple[int, int, int], num_classes: int) -> None:
-    """One forward pass of a zero image in eval mode: the model must return logits [1, K]."""
+    """Forward passes of zero images in eval mode, batches of 1 and 2: the model must return logits
+    [B, K] (two batch sizes, so that a fixed [1, K] fails here and not in training)."""
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            out = model(torch.zeros(1, *input_shape))
+            outs = [(b, model(torch.zeros(b, *input_shape))) for b in (1, 2)]
     except Exception as e:
         raise RsmoothError(f"architecture {arch} fails on an input of shape {tuple(input_shape)} "
                            f"(C, H, W): {first_line(e)}") from e
     finally:
         model.train(was_training)
-    got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-    check(isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[0] == 1,
-          f"architecture {arch} must return logits [B, K]; for an input [1, {', '.join(map(str, input_shape))}] "
-          f"it returned {got}")
+    for b, out in outs:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        check(isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[0] == b,
+              f"architecture {arch} must return logits [B, K], one row per input; for an input "
+              f"[{b}, {', '.join(map(str, input_shape))}] it returned {got}")
+    out = outs[0][1]
     check(out.shape[1] == num_classes,
           f"architecture {arch} returns {out.shape[1]} logits but num_classes is {num_classes}; "
           f"pass --num-classes {out.shape[1]} or make the factory return {num_classes} "

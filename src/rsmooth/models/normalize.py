@@ -1,12 +1,25 @@
 """The normalisation layer that is module 0 of every rsmooth model."""
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Optional, Sequence
 
 import torch
 from torch import nn
 
 from ..errors import check
+
+
+def validate_normalization(mean: Sequence[float], std: Sequence[float]) -> None:
+    """A one-line error unless every mean and std is a finite number and every std is > 0 (an
+    infinite std makes every input constant, a NaN makes every logit NaN)."""
+    def ok(v: object, low: float) -> bool:
+        return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v > low
+
+    check(all(ok(m, -math.inf) for m in mean) and all(ok(s, 0.0) for s in std),
+          f"--mean/--std must be finite numbers with std > 0 (per channel, in [0,1] pixel units, e.g. "
+          f"--mean 0.5 --std 0.25), got mean {list(mean)} and std {list(std)}")
 
 
 class Normalize(nn.Module):
@@ -48,7 +61,7 @@ class Normalize(nn.Module):
         check(mean_t.numel() == std_t.numel() and mean_t.numel() > 0,
               f"Normalize: mean and std must have the same length > 0, got "
               f"{mean_t.numel()} and {std_t.numel()}")
-        check(bool((std_t > 0).all()), f"Normalize: std must be positive, got {std_t.tolist()}")
+        validate_normalization(mean_t.tolist(), std_t.tolist())
         self.register_buffer("mean", mean_t.view(1, -1, 1, 1))
         self.register_buffer("std", std_t.view(1, -1, 1, 1))
 

@@ -30,7 +30,7 @@ from ..errors import RsmoothError, check
 from ..metrics import acr, certified_accuracy, read_certify_tsv, read_sidecar
 from ..metrics.certify_io import is_sequential_file
 from .paper import read_package_tsv
-from .summary import _distinct_suffixes, _sigma_from_meta
+from .summary import _distinct_suffixes, _sigma_from_meta, completion, decides, incomplete_note
 from .tables import TableFormat, _latex_escape, _percent, check_format, note_lines
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -92,12 +92,17 @@ def _paper_index() -> Dict[Tuple[str, str, str, str, Optional[int]], float]:
 
 @dataclass
 class Cell:
-    """ACR and certified accuracy at r = 0 (%) of one certify TSV."""
+    """ACR and certified accuracy at r = 0 (%) of one certify TSV; None where the run did not measure
+    them (a ``--sequential`` run decides only its radii: no ACR, and no accuracy at 0 unless 0 is
+    one of them); ``mode``, ``complete`` and ``examples_planned`` as its sidecar says."""
 
     path: str
     num_examples: int
-    acr: float
-    accuracy: float
+    acr: Optional[float]
+    accuracy: Optional[float]
+    mode: Optional[str] = None
+    complete: Optional[bool] = None
+    examples_planned: Optional[int] = None
 
 
 @dataclass
@@ -149,7 +154,9 @@ def _read_file(path: Path) -> _File:
     res = read_certify_tsv(path)
     check(res.n > 0, f"{path}: no certified examples (header only)")
     acc = float(certified_accuracy(res.radius, res.correct, [0.0])[0])
-    cell = Cell(str(path), res.n, acr(res.radius, res.correct), _percent(acc, res.n))
+    mode = meta.get("mode")
+    cell = Cell(str(path), res.n, None if mode == "sequential" else acr(res.radius, res.correct),
+                _percent(acc, res.n) if decides(meta, 0.0) else None, mode, *completion(meta))
     return _File(path, name, severity, suite, meta, corr, cell)
 
 
@@ -434,6 +441,24 @@ def _missing_notes(models: List[ModelResults], severities: Sequence[Optional[int
     return notes
 
 
+def _run_notes(models: List[ModelResults]) -> List[str]:
+    """Notes on unfinished files (their sidecar says ``complete: false``) and ``--sequential`` ones."""
+    notes = []
+    for m in models:
+        cells = sorted(m.cells.values(), key=lambda c: c.path)
+        notes += [incomplete_note(f"{m.label} {Path(c.path).name}", c.num_examples, c.examples_planned)
+                  for c in cells if c.complete is False]
+        seq = [c for c in cells if c.mode == "sequential"]
+        if seq:
+            names = ", ".join(Path(c.path).name for c in seq[:3])
+            names += f", ... ({len(seq)} files)" if len(seq) > 3 else ""
+            no_zero = any(c.accuracy is None for c in seq)
+            notes.append(f"{m.label}: {names}: --sequential results decide robustness at their --radii only, so they "
+                         f"have no ACR ('-')" + (" and no accuracy at r = 0 where 0 is not among their --radii"
+                                                 if no_zero else "") + "; certify or --adaptive estimates every radius")
+    return notes
+
+
 def _describe(models: List[ModelResults]) -> str:
     out = []
     for m in models:
@@ -558,7 +583,9 @@ def corruption_tables(folders: Sequence[PathLike], labels: Optional[Sequence[str
     prints only that severity's two tables.  Without severities (MNIST-C style,
     ``<corruption>.tsv``): Tables 24-25.  Per-severity means are over the benchmark corruptions
     (:data:`rsmooth.corruptions.BENCHMARK`) and "-" for a model missing one; held-out and other
-    corruptions are rows outside the mean.  Bold marks the best and underline the runner-up of
+    corruptions are rows outside the mean.  A file whose sidecar says ``complete: false`` is noted
+    (its figures are over the examples done); a ``--sequential`` file has no ACR, and no accuracy at
+    r = 0 unless 0 is among its radii ("-", with a note).  Bold marks the best and underline the runner-up of
     each column (Table 13) or row (the others) among our models, on the printed values.
 
     Args:
@@ -598,7 +625,7 @@ def corruption_tables(folders: Sequence[PathLike], labels: Optional[Sequence[str
     kinds = {k for t in tables for k in t.row_kinds}
     if kinds & {"held-out", "other"}:
         notes.append("rows marked (held out) or (not in mean) are outside mACR/mAcc")
-    notes = _missing_notes(models, needed) + notes
+    notes = _missing_notes(models, needed) + _run_notes(models) + notes
     if as_json:
         return json.dumps({
             "layout": "severities" if with_severities else "corruptions",

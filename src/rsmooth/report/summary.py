@@ -307,14 +307,13 @@ def summarize(paths: Sequence[PathLike], radii: Radii = None,
             file_alpha = _file_alpha(p, meta, alpha)
             bounds = {float(r): accuracy_bounds(int(k), res.n, level, file_alpha)
                       for r, k, ok in zip(values, counts, measured) if ok}
-        planned = (meta or {}).get("num_examples")
+        complete, planned = completion(meta)
         summaries.append(FileSummary(
             path=str(p), label=label, num_examples=res.n, acr=acr(res.radius, res.correct),
             certified_accuracy={float(r): float(k / res.n) if ok else None
                                 for r, k, ok in zip(values, counts, measured)},
             sigma=_sigma_from_meta(meta), meta=meta, result=res, ci=bounds,
-            complete=None if meta is None or "complete" not in meta else bool(meta["complete"]),
-            examples_planned=planned if isinstance(planned, int) and not isinstance(planned, bool) else None))
+            complete=complete, examples_planned=planned))
     predict = [s.path for s, res in zip(summaries, results) if _is_predict_run(res, s.meta)]
     if predict:
         warnings.warn(f"{', '.join(predict)}: predict run(s) without certified radii in a certified-"
@@ -358,12 +357,23 @@ def side_file_note(skipped: Sequence[Path]) -> str:
             f"OUT.seq, which *.tsv does not match)")
 
 
+def completion(meta: Optional[dict]) -> Tuple[Optional[bool], Optional[int]]:
+    """(the sidecar's ``complete`` flag, the examples it plans), None where it does not say."""
+    meta = meta or {}
+    planned = meta.get("num_examples")
+    return (None if "complete" not in meta else bool(meta["complete"]),
+            planned if isinstance(planned, int) and not isinstance(planned, bool) else None)
+
+
+def incomplete_note(label: str, done: int, planned: Optional[int]) -> str:
+    """``label: incomplete: 2 of 20 examples ...``: a table's note on a file whose sidecar says it is unfinished."""
+    return (f"{label}: incomplete: {done} of {planned if planned is not None else '?'} examples (stopped, or still "
+            f"running; rerun its certify command to finish it); its figures are over the examples done")
+
+
 def incomplete_notes(summaries: Sequence[FileSummary]) -> List[str]:
-    """``label: incomplete: 2 of 20 examples`` for each file whose sidecar says it is unfinished."""
-    return [f"{s.label}: incomplete: {s.num_examples} of "
-            f"{s.examples_planned if s.examples_planned is not None else '?'} examples (stopped, or still running; "
-            f"rerun its certify command to finish it); its figures are over the examples done"
-            for s in summaries if s.complete is False]
+    """:func:`incomplete_note` for each file whose sidecar says it is unfinished."""
+    return [incomplete_note(s.label, s.num_examples, s.examples_planned) for s in summaries if s.complete is False]
 
 
 def to_json(summaries: Sequence[FileSummary]) -> dict:

@@ -88,6 +88,10 @@ def reproduce(table: str, out: str, *, budget: str = "small", seeds: Optional[in
     check(isinstance(seeds, int) and seeds >= 1, f"--seeds must be >= 1, got {seeds}")
     check(isinstance(jobs, int) and jobs >= 1, f"--jobs must be >= 1, got {jobs}")
     check(not (print_commands and collect), "--print-commands and --collect exclude each other; pick one")
+    if device is not None and not (print_commands or collect):  # printed commands may run elsewhere
+        from ..engine.checkpoint import resolve_device
+
+        resolve_device(device)  # here, not at the first step
     from ..engine import distributed
 
     if distributed.world().size > 1:

@@ -288,10 +288,11 @@ def validate_futility(beta: float) -> float:
 
 
 def validate_radius_tol(tol: float) -> float:
-    """The radius tolerance as a float, or a one-line error unless it is a finite number >= 0."""
+    """The radius tolerance as a float, or a one-line error unless it is a number >= 0 (``inf``: stop
+    at the first look, FIRST_LOOK samples; the certificate holds for any stop)."""
     try:
         value = float(tol)
     except (TypeError, ValueError):
         raise RsmoothError(f"radius_tol must be a number >= 0 (e.g. 0.05), got {tol!r}") from None
-    check(math.isfinite(value) and value >= 0, f"radius_tol must be >= 0 (e.g. 0.05), got {tol!r}")
+    check(value >= 0, f"radius_tol must be >= 0 (e.g. 0.05; inf stops at the first look), got {tol!r}")
     return value

@@ -518,7 +518,7 @@ class Smooth:
         Args:
             x, n0, alpha, n_max, batch_size, generator, futility: as in :meth:`certify_sequential`;
             radius_tol: l2 radius in [0, 1] pixel units (>= 0; 0 draws all n_max samples
-            unless the radius is already out of reach).
+            unless the radius is already out of reach; ``inf`` stops at the first look).
         """
         radius_tol = validate_radius_tol(radius_tol)
         c_a, bounds, capped = self._sequence(x, n0, alpha, n_max, batch_size, generator, futility,
@@ -564,8 +564,8 @@ class Smooth:
 
         Args:
             xs: images [B x C x H x W] in [0, 1]; n0, n, alpha, batch_size: as in :meth:`certify`.
-            labels: optional true classes [B]: adds ``label`` and ``correct`` to the records.
-            indices: the images' example indices (default 0, ..., B-1).
+            labels: optional true classes [B], integers in 0..K-1: adds ``label`` and ``correct``.
+            indices: the images' example indices, integers >= 0 (default 0, ..., B-1).
             seed: the noise seed.
         Returns:
             ``[{"index", "predict", "radius"[, "label", "correct"]}, ...]``; predict is ABSTAIN
@@ -580,20 +580,39 @@ class Smooth:
 
         self._check_range(_validate_input(xs, 4, "xs"), "xs")
         seed = validate_seed(seed, "seed")
-        indices = list(range(len(xs))) if indices is None else [int(i) for i in indices]
-        check(len(indices) == len(xs), f"indices has {len(indices)} entries for {len(xs)} images")
+        indices = list(range(len(xs))) if indices is None else _validate_ids("indices", indices, len(xs))
         if labels is not None:
-            check(len(labels) == len(xs), f"labels has {len(labels)} entries for {len(xs)} images")
+            labels = _validate_ids("labels", labels, len(xs), self.num_classes)
         records: List[Dict[str, object]] = []
         for b, i in enumerate(indices):
             pred, radius = self.certify(xs[b], n0, n, alpha, batch_size,
                                         generator=generator(seed, "certify", i, device=self.device))
             record: Dict[str, object] = {"index": i, "predict": pred, "radius": radius}
             if labels is not None:
-                label = int(labels[b])
+                label = labels[b]
                 record.update(label=label, correct=pred == label)
             records.append(record)
         return records
+
+
+def _validate_ids(name: str, values: Sequence[int], count: int, num_classes: Optional[int] = None) -> List[int]:
+    """``values`` (a sequence, array or tensor) as ``count`` integers >= 0, below ``num_classes`` if
+    given: a string, a fraction (``0.5`` is never truncated) or a negative value is an error."""
+    if isinstance(values, (torch.Tensor, np.ndarray)):
+        values = values.tolist()
+    check(not isinstance(values, (str, bytes)) and hasattr(values, "__len__"),
+          f"{name} must be a sequence of {count} integers, got {type(values).__name__}")
+    check(len(values) == count, f"{name} has {len(values)} entries for {count} images")
+    what = (f"a class in 0..{num_classes - 1} (num_classes={num_classes}): pass class indices, not names"
+            if num_classes else "a dataset index (an integer >= 0): pass the images' positions in the dataset")
+    out = []
+    for b, v in enumerate(values):
+        try:
+            out.append(validate_count(name, v, minimum=0))
+        except RsmoothError:
+            out.append(-1)
+        check(0 <= out[-1] < (num_classes or math.inf), f"{name}[{b}] is {v!r}, not {what}")
+    return out
 
 
 def _refuse_nonfinite(bad: int, total: int) -> None:
