@@ -128,13 +128,15 @@ def test_load_model_refuses_a_checkpoint_naming_code(hostile):
 
 
 @pytest.mark.parametrize("argv", [
-    ["certify"], ["predict"], ["certify", "--sequential", "--radii", "0.25"], ["certify", "--shard", "0/2"],
+    ["certify"], ["predict"], ["certify", "--sequential", "--radii", "0.25"],
+    ["certify", "--shard", "0/2"],
     ["certify", "--corruption", "gaussian_noise", "--severity", "1"],
 ], ids=["certify", "predict", "sequential", "shard", "corruption"])
 def test_certify_and_predict_refuse_a_checkpoint_naming_code(hostile, argv, tmp_path, capsys):
     run, arch, _ = hostile
     out = tmp_path / ("c" if "--corruption" in argv else "c.tsv")
-    code, err = _cli([*argv, "--checkpoint", str(run), "--out", str(out), *CERTIFY], capsys)
+    cert = CERTIFY[2:] if "--sequential" in argv else CERTIFY  # sequential takes --n-max, not --n
+    code, err = _cli([*argv, "--checkpoint", str(run), "--out", str(out), *cert], capsys)
     assert code == 2 and err.count("\n") == 1 and f"names its architecture {arch}," in err, err
     assert not list(tmp_path.glob("c*"))
 
