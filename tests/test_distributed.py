@@ -134,7 +134,11 @@ def test_shards_merge_into_the_one_process_file(model, one, tmp_path, capsys):
         merged.pop(key), single.pop(key, None)
     assert merged == single
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.tsv", "c.tsv.json"]  # shards removed
-    assert main(["merge", str(out)]) == 2 and "no shard files of" in one_line(capsys)
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert main(["merge", str(out)]) == 0  # a second merge: nothing left to do, and it says so
+    assert f"{out} is already complete\n" in capsys.readouterr().out and out.read_bytes() == before
+    assert main(["merge", str(tmp_path / "none.tsv")]) == 2 and "no shard files of" in one_line(capsys)
 
 
 def test_predict_shards_merge_into_the_one_process_file(model, tmp_path):

@@ -769,19 +769,15 @@ def cmd_certify(args: argparse.Namespace) -> None:
 def cmd_merge(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from .engine.shards import find_shards, merge_certify
-    from .engine.targets import merge_targets
-    from .metrics import read_sidecar
+    from .engine.shards import CERTIFY, merge_shards, shard_groups, shard_kind
 
     if args.out is None:
         if len(args.files) != 1:
             raise RsmoothError("merge takes OUT (the --out of the shards), or --out OUT and the shard files")
         if Path(args.files[0]).is_dir():  # a folder of 'certify --corruption all --shard I/K'
-            from .engine.shards import shard_groups
-
             groups = shard_groups(args.files[0])
             for out in groups:
-                merge_certify(out, None, overwrite=args.overwrite, keep=args.keep_shards)
+                merge_shards(out, CERTIFY, None, overwrite=args.overwrite, keep=args.keep_shards)
             print(f"results: {args.files[0]} ({len(groups)} files merged)")
             return
         out, shards = args.files[0], []
@@ -789,11 +785,9 @@ def cmd_merge(args: argparse.Namespace) -> None:
         if not args.files:
             raise RsmoothError(f"--out {args.out} without shard files: list them, or give OUT alone to find them")
         out, shards = args.out, args.files
-    first = Path(shards[0]) if shards else next(iter(find_shards(out)))
-    if (read_sidecar(first) or {}).get("kind") == "rsmooth-targets":
-        print(f"targets: {merge_targets(out, shards, overwrite=args.overwrite, keep=args.keep_shards)}")
-    else:
-        print(f"results: {merge_certify(out, shards, overwrite=args.overwrite, keep=args.keep_shards)}")
+    kind = shard_kind(out, shards)
+    path = merge_shards(out, kind, shards, overwrite=args.overwrite, keep=args.keep_shards)
+    print(f"{'targets' if kind is not CERTIFY else 'results'}: {path}")
 
 
 def cmd_targets(args: argparse.Namespace) -> None:
