@@ -226,8 +226,7 @@ def _clean(out: Path, kind: ShardKind, paths: Sequence[Path], keep: bool, stack:
     locked and its metadata, if any is left, found to be of ``out``'s settings; then say so."""
     meta, removed = read_sidecar(out), []
     for p in paths:
-        if not keep:
-            _lock_shard(stack, p, keep)
+        _lock_shard(stack, p, keep)  # (and a lock a kill left is taken over, then removed)
         old = read_sidecar(p)
         diff = identity_diff(old, meta, kind.identity) if old is not None else []
         if diff:
@@ -289,8 +288,8 @@ def _shard_meta(p: Path, kind: ShardKind) -> dict:
                                                 f"or names no shard); rerun its {kind.command} command with --shard I/K")
     s = meta["shard"]
     check(isinstance(s, list) and len(s) == 2 and all(map(_is_int, s)) and 0 <= s[0] < s[1],
-          f"{where} is damaged (its shard is {s!r}, not [I, K] with 0 <= I < K); rerun the {kind.command} command "
-          f"of {p} with --shard I/K --overwrite")
+          f"{where} is damaged (its shard is {s!r}, not [I, K] with 0 <= I < K); rerun its {kind.command} command "
+          f"with --shard I/K --overwrite")
     damage = kind.damage(meta)
     check(not damage, f"{where} is damaged ({damage}); rerun its {kind.command} command with --shard {_name(meta)} "
                       f"--overwrite")
