@@ -134,9 +134,9 @@ def test_a_merge_killed_at_every_step_recovers_when_rerun(tmp_path, monkeypatch,
         assert main(["merge", *flags, str(out)]) == 0, (steps, capsys.readouterr())
         assert out.read_bytes() == expected, steps
         assert listing(folder) == sorted(files + (shards if keep else [])), steps
-        assert main(["merge", *flags, str(out)]) == 0
-        assert f"{out} is already complete\n" in capsys.readouterr().out
-        assert out.read_bytes() == expected and listing(folder) == sorted(files + (shards if keep else []))
+    assert main(["merge", *flags, str(out)]) == 0  # a further merge: nothing to do
+    assert f"{out} is already complete\n" in capsys.readouterr().out
+    assert out.read_bytes() == expected and listing(folder) == sorted(files + (shards if keep else []))
     name = files[0]
     assert [s for s in seen if s.startswith("replace")][-2:] == [f"replace {name}", f"replace {name}.json"], seen
     assert keep or f"unlink {name.replace('.', '.shard-1-of-2.')}" in seen, seen
