@@ -280,6 +280,8 @@ def test_torchrun_killed_rank_stops_the_job_and_rerun_finishes(model, one, tmp_p
     # for rank 1 already) saw gloo lose it
     assert re.search(r"^rsmooth: (error: rank 0 of 2: another rank stopped|rank 0 of 2: stopped because another "
                      r"rank failed ).*rerun the same torchrun command", stderr, re.M), stderr
+    report = stderr.index("ChildFailedError")  # torchrun's own report comes after the ranks' lines
+    assert all(m.start() < report for m in re.finditer(r"^rsmooth: ", stderr, re.M)), stderr
     assert not out.exists()
     p = torchrun("certify", "--checkpoint", model, *SLOW, "--out", out)
     stdout, stderr = p.communicate(timeout=180)

@@ -500,14 +500,17 @@ def build_parser() -> argparse.ArgumentParser:
                        "--shard I/K --out OUT' for I = 0..K-1) into OUT and OUT.json: the rows sorted by idx, "
                        "the same file one job writes (the time column aside). The shards must all be "
                        "complete, come from the same settings and together cover the subset exactly once; "
-                       "OUT is written atomically and the shard files are deleted afterwards. Shards of "
+                       "OUT is written atomically and the shard files are deleted afterwards; a killed merge is "
+                       "rerun, and one whose OUT is complete says so and deletes what the shards left. Shards of "
                        "'rsmooth targets --shard I/K' merge the same way, into the targets file one job writes.")
     m.add_argument("files", nargs="*", metavar="FILE",
                    help="OUT, the --out the shards were run with (its .shard-I-of-K files are found); or, "
                    "with --out, the shard files themselves")
     m.add_argument("--out", help="the merged TSV, when FILE lists the shard files")
     m.add_argument("--overwrite", action="store_true", help="replace an OUT that holds a run with other settings")
-    m.add_argument("--keep-shards", action="store_true", help="keep the shard files after merging")
+    m.add_argument("--keep-shards", action="store_true",
+                   help="keep the shard files after merging (then no write access beside them is needed: "
+                   "shards on a read-only mount merge with --out elsewhere)")
     m.set_defaults(func=cmd_merge)
 
     # targets ----------------------------------------------------------------------------
@@ -1046,7 +1049,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if size not in ("", "1"):  # a signal, or torchrun stopping the ranks after one failed
             from .torchrun import stop_line
 
-            print(stop_line(bool(terminated)), file=sys.stderr)
+            print(stop_line(bool(terminated)), file=sys.stderr, flush=True)  # before torchrun's report
         else:
             print(f"rsmooth: {how}; rerun the same command (train: add --resume) to continue", file=sys.stderr)
         return 143 if terminated else 130
@@ -1056,7 +1059,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if debug:
             raise
         code, message = _explain(e)
-        print(message, file=sys.stderr)
+        print(message, file=sys.stderr, flush=True)  # under torchrun, before torchrun's report
         return code
     finally:
         if handle_signals:

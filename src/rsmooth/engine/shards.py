@@ -163,8 +163,8 @@ def merge_shards(out: PathLike, kind: ShardKind, shards: Optional[Sequence[PathL
     ``shards``: the shard files (default: those of ``out`` in its folder).  They must all be
     complete, from the same settings, and together hold every unit of the run exactly once.
     ``out``'s metadata says incomplete while its files are written (atomically), then complete;
-    the shards are deleted after that unless ``keep`` (which writes nothing beside them, so they
-    may lie on a read-only mount).  An ``out`` of other settings is refused unless ``overwrite``.
+    the shards are deleted after that unless ``keep`` (then they are locked where their folder can
+    be written, and merged unlocked on a read-only mount).  An ``out`` of other settings is refused unless ``overwrite``.
     A complete ``out`` of the shards' settings (a merge rerun, or one killed while deleting the
     shards) is kept as it is, and what its shards left is deleted unless ``keep``.
     """
