@@ -102,15 +102,30 @@ def listing(folder: Path):
     return sorted(p.name for p in folder.iterdir())
 
 
-@pytest.mark.parametrize("make, files", [(certify_shards, ["c.tsv", "c.tsv.json", "c.tsv.seq"]),
-                                         (targets_shards, ["t.npy", "t.npy.json"])])
-@pytest.mark.parametrize("keep", [False, True])
-def test_a_merge_killed_at_every_step_recovers_when_rerun(tmp_path, monkeypatch, capsys, make, files, keep):
+def other_out(make):
+    """``make``, with an OUT of other settings (n_max 2000) beside the shards, for --overwrite."""
+    def made(folder):
+        out = make(folder)
+        out.write_text(TSV_HEADER + "\n")
+        Path(f"{out}.json").write_text(json.dumps({**CERTIFY_META, "n_max": 2000, "num_examples": 0}))
+        return out
+    return made
+
+
+CERTIFY_FILES, TARGETS_FILES = ["c.tsv", "c.tsv.json", "c.tsv.seq"], ["t.npy", "t.npy.json"]
+
+
+@pytest.mark.parametrize("make, files, flags", [
+    (certify_shards, CERTIFY_FILES, []), (targets_shards, TARGETS_FILES, []),
+    (certify_shards, CERTIFY_FILES, ["--keep-shards"]), (targets_shards, TARGETS_FILES, ["--keep-shards"]),
+    (other_out(certify_shards), CERTIFY_FILES, ["--overwrite"])])
+def test_a_merge_killed_at_every_step_recovers_when_rerun(tmp_path, monkeypatch, capsys, make, files, flags):
     """Kill the merge before each of its steps (OUT's metadata marked incomplete, OUT.seq, OUT,
-    the metadata marked complete, each shard file, its metadata and companions deleted; every kill
-    leaves the temporary files and locks of the moment), then rerun it: it succeeds, OUT has the
-    bytes an uninterrupted merge writes, and nothing else is left; a further merge says OUT is complete."""
-    flags = ["--keep-shards"] if keep else []
+    the metadata marked complete, each shard file, its metadata and companions deleted, the locks
+    released; every kill leaves the temporary files and locks of the moment), then rerun it: it
+    succeeds, OUT has the bytes an uninterrupted merge writes, and nothing else is left; a further
+    merge says OUT is complete."""
+    keep = "--keep-shards" in flags
     (tmp_path / "reference").mkdir()
     reference = make(tmp_path / "reference")
     assert main(["merge", *flags, str(reference)]) == 0
@@ -165,6 +180,15 @@ def test_complete_out_of_other_settings_than_a_leftover_shard_is_refused(tmp_pat
     assert main(["merge", str(out)]) == 2
     assert f"{out} holds a run with n_max=1000, not 2000 ({p}); pass --overwrite" in one_line(capsys)
     assert p.exists()
+
+
+def test_folder_merge_rerun_says_complete(tmp_path, capsys):
+    certify_shards(tmp_path)
+    assert main(["merge", str(tmp_path)]) == 0
+    assert main(["merge", str(tmp_path)]) == 0 and f"results: {tmp_path} (already complete: no shard files left to merge)" in capsys.readouterr().out
+    assert listing(tmp_path) == CERTIFY_FILES
+    (tmp_path / "empty").mkdir()
+    assert main(["merge", str(tmp_path / "empty")]) == 2 and "no shard files in" in one_line(capsys)
 
 
 def test_targets_merge_rerun_names_targets(tmp_path, capsys):

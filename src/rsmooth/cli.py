@@ -781,7 +781,8 @@ def cmd_merge(args: argparse.Namespace) -> None:
             groups = shard_groups(args.files[0])
             for out in groups:
                 merge_shards(out, CERTIFY, None, overwrite=args.overwrite, keep=args.keep_shards)
-            print(f"results: {args.files[0]} ({len(groups)} files merged)")
+            print(f"results: {args.files[0]} " + (f"({len(groups)} files merged)" if groups
+                                                   else "(already complete: no shard files left to merge)"))
             return
         out, shards = args.files[0], []
     else:

@@ -174,8 +174,9 @@ def merge_shards(out: PathLike, kind: ShardKind, shards: Optional[Sequence[PathL
     with contextlib.ExitStack() as stack:
         stack.enter_context(run_lock(lock_path(out), out))
         remove_stale_temps(out, sidecar_path(out), *_companions(out, kind))
-        if not overwrite and _is_complete(out):
-            _clean(out, kind, given or list(_shard_names(out, kind).values()), keep, stack, log)
+        left = given or list(_shard_names(out, kind).values())
+        if _is_complete(out) and not (overwrite and _disagreement(out, kind, left)):
+            _clean(out, kind, left, keep, stack, log)  # a merge rerun: OUT stays as it is
             return out
         paths = given or find_shards(out, kind)
         for p in paths:
@@ -222,19 +223,26 @@ def _is_complete(out: Path) -> bool:
 
 def _clean(out: Path, kind: ShardKind, paths: Sequence[Path], keep: bool, stack: contextlib.ExitStack,
            log: Callable[[str], None]) -> None:
-    """Delete what the shards ``paths`` of the complete ``out`` left (unless ``keep``), once each is
-    locked and its metadata, if any is left, found to be of ``out``'s settings; then say so."""
-    meta, removed = read_sidecar(out), []
+    """Delete what the shards ``paths`` of the complete ``out`` left (unless ``keep``), each under its
+    lock, once the metadata they left are found to be of ``out``'s settings; then say so."""
     for p in paths:
-        _lock_shard(stack, p, keep)  # (and a lock a kill left is taken over, then removed)
+        _lock_shard(stack, p, keep)  # (a lock a kill left is taken over, then removed)
+    problem = _disagreement(out, kind, paths)
+    check(not problem, problem)
+    removed = [] if keep else [f for p in paths for f in _remove(p, kind)]
+    log(f"{out} is already complete" + (f"; removed the {len(removed)} files its shards left" if removed else ""))
+
+
+def _disagreement(out: Path, kind: ShardKind, paths: Sequence[Path]) -> str:
+    """The error when a shard in ``paths`` records other settings than ``out`` ("" when none does)."""
+    meta = read_sidecar(out) or {}
+    for p in paths:
         old = read_sidecar(p)
         diff = identity_diff(old, meta, kind.identity) if old is not None else []
         if diff:
-            raise RsmoothError(f"{out} holds a run with {diff[0]}={meta.get(diff[0])!r}, not {old.get(diff[0])!r} "
-                               f"({p}); pass --overwrite to replace it or choose another --out")
-        if not keep:
-            removed += _remove(p, kind)
-    log(f"{out} is already complete" + (f"; removed the {len(removed)} files its shards left" if removed else ""))
+            return (f"{out} holds a run with {diff[0]}={meta.get(diff[0])!r}, not {old.get(diff[0])!r} ({p}); "
+                    f"pass --overwrite to replace it or choose another --out")
+    return ""
 
 
 def _lock_shard(stack: contextlib.ExitStack, p: Path, keep: bool) -> None:
