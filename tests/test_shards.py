@@ -14,7 +14,7 @@ from rsmooth.cli import main
 from rsmooth.engine.seqfile import write_seq_rows
 from rsmooth.engine.shards import parse_shard, shard_path, shard_share
 from rsmooth.errors import RsmoothError
-from rsmooth.metrics.certify_io import SEQ_COLUMNS, TSV_HEADER, format_row
+from rsmooth.metrics.certify_io import TSV_HEADER, format_row
 
 #: the subset of test_distributed: start 1, skip 3, 11 examples
 START, SKIP, SIZE = 1, 3, 11

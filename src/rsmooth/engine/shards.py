@@ -164,9 +164,9 @@ def merge_shards(out: PathLike, kind: ShardKind, shards: Optional[Sequence[PathL
     complete, from the same settings, and together hold every unit of the run exactly once.
     ``out``'s metadata says incomplete while its files are written (atomically), then complete;
     the shards are deleted after that unless ``keep`` (then they are locked where their folder can
-    be written, and merged unlocked on a read-only mount).  An ``out`` of other settings is refused unless ``overwrite``.
-    A complete ``out`` of the shards' settings (a merge rerun, or one killed while deleting the
-    shards) is kept as it is, and what its shards left is deleted unless ``keep``.
+    be written, and read unlocked on a read-only mount).  An ``out`` of other settings is refused
+    unless ``overwrite``.  A complete ``out`` of the shards' settings (a merge rerun, or one killed
+    while deleting the shards) is kept as it is, and what its shards left is deleted unless ``keep``.
     """
     out, given = Path(out), [Path(p) for p in shards or ()]
     for j, p in enumerate(given):
@@ -292,8 +292,9 @@ def _shard_meta(p: Path, kind: ShardKind) -> dict:
     """The metadata of shard file ``p``, checked to be that of a complete shard."""
     check(p.is_file(), f"shard file {p} not found")
     meta, where = read_sidecar(p), sidecar_path(p)
-    check(meta is not None and "shard" in meta, f"{p} is not a {kind.command} shard (its metadata {where} is missing "
-                                                f"or names no shard); rerun its {kind.command} command with --shard I/K")
+    check(meta is not None and "shard" in meta, f"{p} is not a {kind.command} shard (its metadata {where} is "
+                                                f"missing or names no shard); rerun its {kind.command} command with "
+                                                f"--shard I/K")
     s = meta["shard"]
     check(isinstance(s, list) and len(s) == 2 and all(map(_is_int, s)) and 0 <= s[0] < s[1],
           f"{where} is damaged (its shard is {s!r}, not [I, K] with 0 <= I < K); rerun its {kind.command} command "
@@ -356,10 +357,10 @@ def int_field(meta: dict, field: str, low: int, default: Optional[int] = None) -
 
 def _certify_damage(meta: dict) -> str:
     """What is wrong with a certify shard's subset fields ("" when nothing)."""
-    for field, low, default in (("subset_size", 1, None), ("skip", 1, None), ("start", 0, 0), ("num_examples", 0, None)):
-        wrong = int_field(meta, field, low, default)
-        if wrong:
-            return wrong
+    fields = (("subset_size", 1, None), ("skip", 1, None), ("start", 0, 0), ("num_examples", 0, None))
+    wrong = next((w for f, low, default in fields if (w := int_field(meta, f, low, default))), "")
+    if wrong:
+        return wrong
     (i, k), size = meta["shard"], meta["subset_size"]
     share = len(range(i, size, k))
     if meta["num_examples"] != share:

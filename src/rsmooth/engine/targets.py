@@ -25,7 +25,6 @@ computes shard r/W and rank 0 merges.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime
 import errno
 import json
