@@ -185,7 +185,8 @@ def test_complete_out_of_other_settings_than_a_leftover_shard_is_refused(tmp_pat
 def test_folder_merge_rerun_says_complete(tmp_path, capsys):
     certify_shards(tmp_path)
     assert main(["merge", str(tmp_path)]) == 0
-    assert main(["merge", str(tmp_path)]) == 0 and f"results: {tmp_path} (already complete: no shard files left to merge)" in capsys.readouterr().out
+    assert main(["merge", str(tmp_path)]) == 0
+    assert f"results: {tmp_path} (already complete: no shard files left to merge)" in capsys.readouterr().out
     assert listing(tmp_path) == CERTIFY_FILES
     (tmp_path / "empty").mkdir()
     assert main(["merge", str(tmp_path / "empty")]) == 2 and "no shard files in" in one_line(capsys)
@@ -267,7 +268,8 @@ def test_damaged_targets_shard_array_is_refused_in_one_line(tmp_path, capsys, da
     damage(p)
     assert main(["merge", str(out)]) == 2
     err = one_line(capsys)
-    assert f"targets file {p}" in err and says in err and "rerun its targets command with --shard 0/2 --overwrite" in err
+    assert f"targets file {p}" in err and says in err
+    assert "rerun its targets command with --shard 0/2 --overwrite" in err
     assert not out.exists() and not Path(f"{out}.json").exists()
 
 
