@@ -134,7 +134,11 @@ def test_shards_merge_into_the_one_process_file(model, one, tmp_path, capsys):
         merged.pop(key), single.pop(key, None)
     assert merged == single
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.tsv", "c.tsv.json"]  # shards removed
-    assert main(["merge", str(out)]) == 2 and "no shard files of" in one_line(capsys)
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert main(["merge", str(out)]) == 0  # a second merge: nothing left to do, and it says so
+    assert f"{out} is already complete\n" in capsys.readouterr().out and out.read_bytes() == before
+    assert main(["merge", str(tmp_path / "none.tsv")]) == 2 and "no shard files of" in one_line(capsys)
 
 
 def test_predict_shards_merge_into_the_one_process_file(model, tmp_path):
@@ -205,6 +209,50 @@ def test_shard_flag_under_torchrun_is_refused(model, tmp_path, monkeypatch, caps
     assert "--shard under torchrun: each rank certifies shard RANK/WORLD_SIZE itself" in one_line(capsys)
 
 
+def test_torchrun_rerun_after_a_kill_in_the_merge_cleans_what_it_left(model, tmp_path, monkeypatch, capsys):
+    """A torchrun certify killed while rank 0 deletes the merged shards: the rerun says OUT is complete
+    and deletes the shard and lock files left beside it (rank 0 of 2 here, in this process)."""
+    from contextlib import contextmanager
+
+    from rsmooth.engine import distributed
+
+    out = tmp_path / "c.tsv"
+    for i in range(2):
+        assert certify(model, out, *FAST, "--shard", f"{i}/2") == 0
+    assert main(["merge", "--keep-shards", str(out)]) == 0
+    merged = out.read_bytes()
+    Path(f"{shard_path(out, (0, 2))}.json").unlink()  # killed after this, holding every lock
+    for p in (out, shard_path(out, (0, 2)), shard_path(out, (1, 2))):
+        Path(f"{p}.lock").write_text("12345\n")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(distributed, "process_group", contextmanager(lambda dev, timeout=None: (yield)))
+    capsys.readouterr()
+    assert certify(model, out, *FAST) == 0
+    assert f"{out} is already complete; removed the 3 files its shards left" in capsys.readouterr().out
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["c.tsv", "c.tsv.json"] and out.read_bytes() == merged
+
+
+def test_torchrun_targets_rerun_after_a_kill_in_the_merge_cleans_what_it_left(model, tmp_path, monkeypatch):
+    from contextlib import contextmanager
+
+    from rsmooth.engine import distributed
+
+    out, logs = tmp_path / "t.npy", []
+    quiet = dict(num_samples=2, train_subset=300, device="cpu", progress=False, log=logs.append)
+    for i in range(2):
+        compute_targets(str(model), str(out), shard=(i, 2), **quiet)
+    assert main(["merge", "--keep-shards", str(out)]) == 0
+    merged = out.read_bytes()
+    Path(f"{shard_path(out, (0, 2))}.json").unlink()  # killed after this, holding every lock
+    for p in (out, shard_path(out, (0, 2)), shard_path(out, (1, 2))):
+        Path(f"{p}.lock").write_text("12345\n")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(distributed, "process_group", contextmanager(lambda dev, timeout=None: (yield)))
+    compute_targets(str(model), str(out), **quiet)
+    assert logs[-1] == f"{out} is already complete; removed the 3 files its shards left"
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["t.npy", "t.npy.json"] and out.read_bytes() == merged
+
+
 @pytest.mark.slow
 def test_torchrun_two_ranks_equal_one_process(model, one, tmp_path):
     out = tmp_path / "c.tsv"
@@ -232,6 +280,8 @@ def test_torchrun_killed_rank_stops_the_job_and_rerun_finishes(model, one, tmp_p
     # for rank 1 already) saw gloo lose it
     assert re.search(r"^rsmooth: (error: rank 0 of 2: another rank stopped|rank 0 of 2: stopped because another "
                      r"rank failed ).*rerun the same torchrun command", stderr, re.M), stderr
+    report = stderr.index("ChildFailedError")  # torchrun's own report comes after the ranks' lines
+    assert all(m.start() < report for m in re.finditer(r"^rsmooth: ", stderr, re.M)), stderr
     assert not out.exists()
     p = torchrun("certify", "--checkpoint", model, *SLOW, "--out", out)
     stdout, stderr = p.communicate(timeout=180)

@@ -520,14 +520,17 @@ def build_parser() -> argparse.ArgumentParser:
                        "--shard I/K --out OUT' for I = 0..K-1) into OUT and OUT.json: the rows sorted by idx, "
                        "the same file one job writes (the time column aside). The shards must all be "
                        "complete, come from the same settings and together cover the subset exactly once; "
-                       "OUT is written atomically and the shard files are deleted afterwards. Shards of "
+                       "OUT is written atomically and the shard files are deleted afterwards; a killed merge is "
+                       "rerun, and one whose OUT is complete says so and deletes what the shards left. Shards of "
                        "'rsmooth targets --shard I/K' merge the same way, into the targets file one job writes.")
     m.add_argument("files", nargs="*", metavar="FILE",
                    help="OUT, the --out the shards were run with (its .shard-I-of-K files are found); or, "
                    "with --out, the shard files themselves")
     m.add_argument("--out", help="the merged TSV, when FILE lists the shard files")
     m.add_argument("--overwrite", action="store_true", help="replace an OUT that holds a run with other settings")
-    m.add_argument("--keep-shards", action="store_true", help="keep the shard files after merging")
+    m.add_argument("--keep-shards", action="store_true",
+                   help="keep the shard files after merging (then no write access beside them is needed: "
+                   "shards on a read-only mount merge with --out elsewhere)")
     m.set_defaults(func=cmd_merge)
 
     # targets ----------------------------------------------------------------------------
@@ -792,31 +795,26 @@ def cmd_certify(args: argparse.Namespace) -> None:
 def cmd_merge(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from .engine.shards import find_shards, merge_certify
-    from .engine.targets import merge_targets
-    from .metrics import read_sidecar
+    from .engine.shards import CERTIFY, merge_shards, shard_groups, shard_kind
 
     if args.out is None:
         if len(args.files) != 1:
             raise RsmoothError("merge takes OUT (the --out of the shards), or --out OUT and the shard files")
         if Path(args.files[0]).is_dir():  # a folder of 'certify --corruption all --shard I/K'
-            from .engine.shards import shard_groups
-
             groups = shard_groups(args.files[0])
             for out in groups:
-                merge_certify(out, None, overwrite=args.overwrite, keep=args.keep_shards)
-            print(f"results: {args.files[0]} ({len(groups)} files merged)")
+                merge_shards(out, CERTIFY, None, overwrite=args.overwrite, keep=args.keep_shards)
+            print(f"results: {args.files[0]} " + (f"({len(groups)} files merged)" if groups
+                                                   else "(already complete: no shard files left to merge)"))
             return
         out, shards = args.files[0], []
     else:
         if not args.files:
             raise RsmoothError(f"--out {args.out} without shard files: list them, or give OUT alone to find them")
         out, shards = args.out, args.files
-    first = Path(shards[0]) if shards else next(iter(find_shards(out)))
-    if (read_sidecar(first) or {}).get("kind") == "rsmooth-targets":
-        print(f"targets: {merge_targets(out, shards, overwrite=args.overwrite, keep=args.keep_shards)}")
-    else:
-        print(f"results: {merge_certify(out, shards, overwrite=args.overwrite, keep=args.keep_shards)}")
+    kind = shard_kind(out, shards)
+    path = merge_shards(out, kind, shards, overwrite=args.overwrite, keep=args.keep_shards)
+    print(f"{'targets' if kind is not CERTIFY else 'results'}: {path}")
 
 
 def cmd_targets(args: argparse.Namespace) -> None:
@@ -1087,7 +1085,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if size not in ("", "1"):  # a signal, or torchrun stopping the ranks after one failed
             from .torchrun import stop_line
 
-            print(stop_line(bool(terminated)), file=sys.stderr)
+            print(stop_line(bool(terminated)), file=sys.stderr, flush=True)  # before torchrun's report
         else:
             print(f"rsmooth: {how}; rerun the same command (train: add --resume) to continue", file=sys.stderr)
         return 143 if terminated else 130
@@ -1097,7 +1095,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if debug:
             raise
         code, message = _explain(e)
-        print(message, file=sys.stderr)
+        print(message, file=sys.stderr, flush=True)  # under torchrun, before torchrun's report
         return code
     finally:
         _depth -= 1

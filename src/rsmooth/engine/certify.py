@@ -31,7 +31,7 @@ from .checkpoint import (file_sha256, git_commit, load_model, resolve_checkpoint
                          versions)
 from .seeding import generator, validate_seed
 from .seqfile import SEQUENTIAL_MODES, SeqWriter, adopt_legacy, sequential_path
-from .shards import identity_diff, merge_certify, parse_shard, shard_path, shard_share
+from .shards import CERTIFY, clean_merged, identity_diff, lock_path, merge_certify, parse_shard, shard_path, shard_share
 from ..progress import Heartbeat, emit, heartbeat_interval, progress_bar
 
 #: how long a rank that finished its shard waits for the others, at least
@@ -208,9 +208,11 @@ def run_certification(
         emit(summary_line(done), log)
         return done
     with distributed.process_group(dev, timeout=datetime.timedelta(days=7)):
-        if not overwrite and _finished(out_path, meta):
-            log(f"{out_path} is already complete")
-            emit(summary_line(out_path), log)
+        if not overwrite and _finished(out_path, meta):  # rank 0 deletes what a kill in the merge left
+            if world.main:
+                clean_merged(out_path, CERTIFY, [shard_path(out_path, (r, world.size)) for r in range(world.size)],
+                             log=log)
+                emit(summary_line(out_path), log)
             return out_path
         t0 = time.perf_counter()
         share = shard_share(indices, shard)
@@ -285,7 +287,7 @@ def _certify_into(out_path: Path, indices: List[int], meta: dict, certify_one: C
     lock, with a progress bar or heartbeat lines; returns ``out_path``, or the number of examples
     certified here if ``count_todo``."""
     mode = meta["mode"]
-    with run_lock(Path(f"{out_path}.lock"), out_path):
+    with run_lock(lock_path(out_path), out_path):
         remove_stale_temps(out_path, sidecar_path(out_path), sequential_path(out_path))
         if mode in SEQUENTIAL_MODES:
             adopt_legacy(out_path)  # OUT.seq.tsv of an earlier version

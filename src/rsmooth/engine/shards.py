@@ -1,35 +1,68 @@
-"""Shards of a certification: independent jobs on parts of one subset, merged into one file.
+"""Shards: independent jobs on parts of one run, merged into the file one process writes.
 
-Shard ``I/K`` takes every K-th example of the subset starting at position I (round robin, so
-shards get the same number of examples to within one and the same mix of easy and hard
-ones) and writes ``OUT`` with ``.shard-I-of-K`` before its suffix (``certify.tsv`` ->
-``certify.shard-0-of-4.tsv``) and that file's sidecar.  Example i's noise depends only on
-``(seed, i)``, so :func:`merge_certify` joins the K shard files into the very file a
-one-process run writes (the time column aside).
+One layer for certification and CAT-RS targets.  Shard ``I/K`` takes positions I, I+K, I+2K,
+... of the run's units of work (:func:`shard_share`): the examples of a certification's subset
+(round robin, so shards get the same number of examples to within one and the same mix of easy
+and hard ones) or the blocks of 256 training images of targets.  It writes ``OUT`` with
+``.shard-I-of-K`` before its suffix (``certify.tsv`` -> ``certify.shard-0-of-4.tsv``) and that
+file's metadata ``NAME.json``.  A unit's noise depends only on ``(seed, unit)``, so
+:func:`merge_shards` joins the K shard files into the very file a one-process run writes (a
+certify TSV's time column aside); :class:`ShardKind` holds what differs between the two.
+
+A merge can be killed anywhere and rerun: ``OUT`` is marked complete only once written, the
+shards are deleted only after that, and a merge finding ``OUT`` complete says so and deletes
+what the shards left (:func:`clean_merged`).
 """
 from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..errors import RsmoothError, check
-from ..fileio import atomic_write_bytes, run_lock
+from ..fileio import atomic_write_bytes, remove_stale_temps, run_lock
 from ..metrics import read_certify_tsv, read_sidecar, sidecar_path, write_sidecar
 from ..metrics.certify_io import TSV_HEADER
 from .seqfile import SEQUENTIAL_MODES, adopt_legacy, legacy_sequential_path, seq_rows, sequential_path, write_seq_rows
 
 Shard = Tuple[int, int]
+PathLike = Union[str, Path]
 #: sidecar fields that must agree for a run to continue an existing TSV, and for shards to merge
 RUN_IDENTITY = ("mode", "dataset", "corruption", "split", "sigma", "n0", "n", "alpha", "start", "skip", "max",
                 "seed", "checkpoint_sha256", "precision", "channels_last",
                 "radii", "n_max", "radius_tol", "futility", "confidence_sequence")  # the last: sequential modes
 #: the value of an identity field that sidecars written before it existed lack
 _IDENTITY_DEFAULTS = {"start": 0, "corruption": None}
-#: sidecar fields of a shard that the merged file does not have
+#: sidecar fields of a certify shard that the merged file does not have
 SHARD_FIELDS = ("shard", "subset_size")
+#: errors of creating a lock beside a shard that mean "this folder cannot be written here"
+_UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+@dataclass(frozen=True)
+class ShardKind:
+    """What the shards of one command add to the common layer (:data:`CERTIFY`, targets' ``TARGETS``)."""
+
+    #: the command that computes a shard, as messages name it
+    command: str
+    #: how messages name one shard ("shard", "targets shard")
+    noun: str
+    #: metadata fields in which the shards, and an existing OUT, must agree
+    identity: Tuple[str, ...]
+    #: metadata fields of a shard that OUT's lacks (the first is "shard"); the others must agree too
+    shard_fields: Tuple[str, ...]
+    #: files beside a shard or OUT that belong to it, as suffixes of its name (besides .json, .lock)
+    companions: Tuple[str, ...]
+    #: what is wrong with a shard's own metadata fields ("" when nothing)
+    damage: Callable[[dict], str]
+    #: from the K shards in shard order: (OUT's metadata, a function writing OUT's files, a log note)
+    join: Callable[[Path, List[Tuple[Path, dict]]], Tuple[dict, Callable[[], None], str]]
+    #: what an incomplete shard holds, for its message (" (3 of 5 examples)"; None: not said)
+    progress: Optional[Callable[[Path, dict], str]] = None
 
 
 def parse_shard(spec: Union[str, Sequence[int]]) -> Shard:
@@ -39,180 +72,357 @@ def parse_shard(spec: Union[str, Sequence[int]]) -> Shard:
         check(m is not None, f"--shard must be I/K (this job's shard I of K, 0 <= I < K), got {spec!r}")
         i, k = int(m.group(1)), int(m.group(2))
     else:
-        check(len(spec) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in spec),
-              f"shard must be (I, K), got {spec!r}")
+        check(len(spec) == 2 and all(_is_int(v) for v in spec), f"shard must be (I, K), got {spec!r}")
         i, k = spec
-    check(k >= 1 and 0 <= i < k, f"--shard {i}/{k}: the shard index must be in 0..{k - 1} (shards count from 0)")
+    check(k >= 1, f"--shard {i}/{k}: the shard count K must be >= 1 (--shard I/K runs shard I of K jobs)")
+    check(0 <= i < k, f"--shard {i}/{k}: the shard index must be in 0..{k - 1} (shards count from 0)")
     return i, k
 
 
-def shard_path(out: Union[str, Path], shard: Shard) -> Path:
+def shard_path(out: PathLike, shard: Shard) -> Path:
     """``OUT`` with ``.shard-I-of-K`` before its suffix: ``c.tsv`` -> ``c.shard-0-of-4.tsv``."""
     out = Path(out)
     return out.with_name(f"{out.stem}.shard-{shard[0]}-of-{shard[1]}{out.suffix}")
 
 
-def shard_share(indices: Sequence[int], shard: Shard) -> List[int]:
-    """The examples of ``indices`` that shard ``(I, K)`` takes: positions I, I+K, I+2K, ..."""
-    return list(indices[shard[0]::shard[1]])
+def shard_share(units: Sequence[int], shard: Shard) -> List[int]:
+    """The units of work (examples, blocks) that shard ``(I, K)`` takes: positions I, I+K, I+2K, ..."""
+    return list(units[shard[0]::shard[1]])
 
 
-def find_shards(out: Union[str, Path]) -> List[Path]:
-    """The shard files of ``out`` in its folder, in shard order; one-line errors when there are
-    none or they come from different shard counts."""
+def identity_diff(old: dict, new: dict, fields: Sequence[str] = RUN_IDENTITY) -> List[str]:
+    """The ``fields`` in which the metadata ``old`` differs from ``new`` (old sidecars lack ``start``)."""
+    return [f for f in fields if old.get(f, _IDENTITY_DEFAULTS.get(f)) != new.get(f)]
+
+
+def lock_path(path: PathLike) -> Path:
+    """The lock file beside an output: ``NAME.lock``."""
+    return Path(f"{path}.lock")
+
+
+def shard_kind(out: PathLike, shards: Sequence[PathLike] = ()) -> ShardKind:
+    """Whose shards merge into ``out``: targets' when a shard's metadata (or ``out``'s) says
+    ``"kind": "rsmooth-targets"``, or with neither readable when ``out`` ends in ``.npy``;
+    certify's otherwise."""
+    from .targets import TARGETS
+
     out = Path(out)
-    pattern = re.compile(re.escape(out.stem) + r"\.shard-(\d+)-of-(\d+)" + re.escape(out.suffix))
+    for p in [*map(Path, shards), *_shard_names(out, CERTIFY).values(), out]:
+        with contextlib.suppress(RsmoothError):
+            meta = read_sidecar(p)
+            if meta is not None:
+                return TARGETS if meta.get("kind") == TARGETS_KIND else CERTIFY
+    return TARGETS if out.suffix == ".npy" else CERTIFY
+
+
+def find_shards(out: PathLike, kind: Optional[ShardKind] = None) -> List[Path]:
+    """The shard files of ``out`` (default: a certification's) in its folder, in shard order;
+    one-line errors when there are none or they come from different shard counts."""
+    out, kind = Path(out), kind or CERTIFY
+    found = {key: p for key, p in _shard_names(out, kind).items() if p.is_file()}
+    check(bool(found), f"no shard files of {out} ({shard_path(out, (0, 'K'))} ...); run 'rsmooth {kind.command} "
+                       f"--shard I/K --out {out}' for I = 0..K-1 first")
+    counts = sorted({k for _, k in found})
+    check(len(counts) == 1, f"shard files of {out} from different shard counts ({', '.join(map(str, counts))}); "
+                            f"delete the ones of the count you did not finish")
+    return list(found.values())
+
+
+def _shard_names(out: Path, kind: ShardKind) -> Dict[Shard, Path]:
+    """``(I, K)`` -> shard file name, in shard order, of every shard of ``out`` that left a file in
+    its folder: its data, or only its metadata, lock or companions (a merge killed while deleting)."""
+    ends = "|".join(re.escape(s) for s in (".json", ".lock", *kind.companions))
+    pattern = re.compile(rf"{re.escape(out.stem)}\.shard-(\d+)-of-(\d+){re.escape(out.suffix)}(?:{ends})?")
     found = {}
     if out.parent.is_dir():
         for p in out.parent.iterdir():
             m = pattern.fullmatch(p.name)
             if m:
-                found[int(m.group(1)), int(m.group(2))] = p
-    check(bool(found), f"no shard files of {out} ({shard_path(out, (0, 'K'))} ...); run 'rsmooth certify "
-                       f"--shard I/K --out {out}' for I = 0..K-1 first")
-    counts = sorted({k for _, k in found})
-    check(len(counts) == 1, f"shard files of {out} from different shard counts ({', '.join(map(str, counts))}); "
-                            f"delete the ones of the count you did not finish")
-    return [found[key] for key in sorted(found)]
+                key = (int(m.group(1)), int(m.group(2)))
+                found[key] = shard_path(out, key)
+    return dict(sorted(found.items()))
 
 
-def shard_groups(folder: Union[str, Path]) -> List[Path]:
-    """The OUT files whose shards lie in ``folder`` (``OUT.shard-I-of-K.tsv``), sorted."""
-    pattern = re.compile(r"(.+)\.shard-\d+-of-\d+(\.[^.]*)?")
+def shard_groups(folder: PathLike) -> List[Path]:
+    """The OUT files whose certify shards lie in ``folder`` (``OUT.shard-I-of-K.tsv``), sorted; none
+    when the folder's files are merged already (complete), an error when it holds neither."""
+    ends = "|".join(re.escape(s) for s in (".json", ".lock", *CERTIFY.companions))
+    pattern = re.compile(rf"(.+)\.shard-\d+-of-\d+(\.[^.]*)?(?:{ends})?")
     outs = {Path(folder) / (m.group(1) + (m.group(2) or "")) for p in Path(folder).iterdir()
-            if (m := pattern.fullmatch(p.name)) and not p.name.endswith(".json")}
-    check(bool(outs), f"no shard files in {folder}; run 'rsmooth certify ... --shard I/K --out {folder}' first")
+            if (m := pattern.fullmatch(p.name))}
+    merged = any(_is_complete(p) for p in Path(folder).glob("*.tsv"))
+    check(bool(outs) or merged, f"no shard files in {folder}; run 'rsmooth certify ... --shard I/K --out {folder}' "
+                                f"first")
     return sorted(outs)
 
 
-def merge_certify(out: Union[str, Path], shards: Optional[Sequence[Union[str, Path]]] = None, *,
-                  overwrite: bool = False, keep: bool = False, identity: Sequence[str] = RUN_IDENTITY,
-                  log: Callable[[str], None] = print) -> Path:
-    """Join the K shard files of a certification into ``out`` and ``out``'s sidecar.
+def merge_shards(out: PathLike, kind: ShardKind, shards: Optional[Sequence[PathLike]] = None, *,
+                 overwrite: bool = False, keep: bool = False, log: Callable[[str], None] = print) -> Path:
+    """Join the K shard files of a run into ``out`` and its metadata, the files one process writes.
 
-    ``shards``: the shard TSVs (default: :func:`find_shards`).  They must all be complete,
-    from the same settings (the ``identity`` fields and the subset), and together hold every
-    example of the subset exactly once.  ``out`` gets their rows sorted by idx, as a one-process
-    run writes them, and a complete sidecar; both are written atomically (and so is
-    ``out.seq`` from the shards' for --sequential/--adaptive).  An existing ``out``
-    from other settings is refused unless ``overwrite``.  The shard files are deleted after
-    the merge unless ``keep``.
+    ``shards``: the shard files (default: those of ``out`` in its folder).  They must all be
+    complete, from the same settings, and together hold every unit of the run exactly once.
+    ``out``'s metadata says incomplete while its files are written (atomically), then complete;
+    the shards are deleted after that unless ``keep`` (then they are locked where their folder can
+    be written, and read unlocked on a read-only mount).  An ``out`` of other settings is refused
+    unless ``overwrite``.  A complete ``out`` of the shards' settings (a merge rerun, or one killed
+    while deleting the shards) is kept as it is, and what its shards left is deleted unless ``keep``.
     """
-    out = Path(out)
-    paths = [Path(p) for p in shards] if shards else find_shards(out)
-    for j, p in enumerate(paths):
-        check(p.resolve() not in {q.resolve() for q in paths[:j]}, f"shard file {p} is given twice")
-    with contextlib.ExitStack() as stack:  # no shard is being written, and no other merge runs
-        stack.enter_context(run_lock(out.with_name(out.name + ".lock"), out))
+    out, given = Path(out), [Path(p) for p in shards or ()]
+    for j, p in enumerate(given):
+        check(p.resolve() not in {q.resolve() for q in given[:j]}, f"shard file {p} is given twice")
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(run_lock(lock_path(out), out))
+        remove_stale_temps(out, sidecar_path(out), *_companions(out, kind))
+        left = given or list(_shard_names(out, kind).values())
+        if _is_complete(out) and not (overwrite and _disagreement(out, kind, left)):
+            _clean(out, kind, left, keep, stack, log)  # a merge rerun: OUT stays as it is
+            return out
+        paths = given or find_shards(out, kind)
         for p in paths:
-            stack.enter_context(run_lock(p.with_name(p.name + ".lock"), p))
-        metas = _shard_metas(paths)
-        first = metas[0][1]
-        k = first["shard"][1]
-        for p, meta in metas[1:]:
-            diff = identity_diff(meta, first, (*identity, "subset_size"))
-            if diff:
-                raise RsmoothError(f"shard {_name(meta)} ({p}) was run with {diff[0]}={meta.get(diff[0])!r}, shard "
-                                   f"{_name(first)} with {first.get(diff[0])!r}; rerun it with the others' settings")
-        by_shard: Dict[int, Tuple[Path, dict]] = {}
-        for p, meta in metas:
-            i = meta["shard"][0]
-            check(i not in by_shard, f"shard {i}/{k} is given twice: {by_shard.get(i, (p,))[0]} and {p}")
-            by_shard[i] = (p, meta)
-        for i in range(k):
-            check(i in by_shard, f"shard {i}/{k} of {out} is missing ({shard_path(out, (i, k))} not found); "
-                                 f"run its certify command with --shard {i}/{k}")
-        old = read_sidecar(out)
-        diff = identity_diff(old, first, identity) if old is not None and not overwrite else []
-        if diff:
-            raise RsmoothError(f"{out} holds a run with {diff[0]}={old.get(diff[0])!r}, not {first.get(diff[0])!r}; "
-                               f"pass --overwrite to replace it or choose another --out")
-        rows: List[Tuple[int, str]] = []
-        for i in range(k):
-            p, meta = by_shard[i]
-            rows += _rows(p, meta)
-        rows.sort()
-        check(len(rows) == first["subset_size"],
-              f"the shards of {out} hold {len(rows)} examples, the subset has {first['subset_size']}; "
-              f"they were not run on the same subset")
-        merged = {key: v for key, v in first.items() if key not in SHARD_FIELDS}
-        merged.update(num_examples=len(rows), merged_shards=k,
-                      device=", ".join(dict.fromkeys(str(m.get("device")) for _, m in metas)),
-                      started=min(str(m.get("started", "")) for _, m in metas),
-                      finished=datetime.datetime.now().isoformat(timespec="seconds"))
-        sequential = first.get("mode") in SEQUENTIAL_MODES
-        seq = sorted(row for p in paths for row in seq_rows(adopt_legacy(p))) if sequential else []
-        check(not sequential or [i for i, _ in seq] == [i for i, _ in rows],
-              f"the shards' {sequential_path(paths[0]).name} files do not hold one row per example of their TSVs; "
-              f"rerun the shards' certify commands with --overwrite")
-        # the sidecar says incomplete while the files are replaced: a kill in between is rerun
-        write_sidecar(out, {**merged, "complete": False})
-        if sequential:
-            write_seq_rows(sequential_path(out), seq)
-            legacy_sequential_path(out).unlink(missing_ok=True)  # an earlier version's, now stale
-        atomic_write_bytes(out, "".join([TSV_HEADER + "\n"] + [line for _, line in rows]).encode("utf-8"))
+            _lock_shard(stack, p, keep)
+        ordered = _checked_shards(out, kind, paths, overwrite)
+        merged, write, note = kind.join(out, ordered)
+        write_sidecar(out, {**merged, "complete": False})  # a kill from here to the end is merged again
+        write()
         write_sidecar(out, {**merged, "complete": True})
         if not keep:
-            remove_shards(paths, sidecar_path)
-            if sequential:
-                for p in paths:
-                    sequential_path(p).unlink(missing_ok=True)
-    log(f"merged {k} shards into {out}: {len(rows)} examples")
+            for p in paths:
+                _remove(p, kind)
+    log(f"merged {len(ordered)} shards into {out}{note}")
     return out
 
 
-def identity_diff(old: dict, new: dict, fields: Sequence[str] = RUN_IDENTITY) -> List[str]:
-    """The ``fields`` in which the sidecar ``old`` differs from ``new`` (old sidecars lack ``start``)."""
-    return [f for f in fields if old.get(f, _IDENTITY_DEFAULTS.get(f)) != new.get(f)]
+def merge_certify(out: PathLike, shards: Optional[Sequence[PathLike]] = None, *, overwrite: bool = False,
+                  keep: bool = False, log: Callable[[str], None] = print) -> Path:
+    """:func:`merge_shards` of certify/predict shards: ``out`` gets their rows sorted by idx, as a
+    one-process run writes them (``out.seq`` too for --sequential/--adaptive), and a complete
+    sidecar (without the shards' ``shard`` and ``subset_size``, with ``merged_shards``)."""
+    return merge_shards(out, CERTIFY, shards, overwrite=overwrite, keep=keep, log=log)
+
+
+def clean_merged(out: PathLike, kind: ShardKind, shards: Sequence[PathLike], *,
+                 log: Callable[[str], None] = print) -> bool:
+    """Whether ``out`` holds a complete run; if so, delete what its ``shards`` left beside it (a
+    torchrun job rerun after a kill in its merge) and say so."""
+    out = Path(out)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(run_lock(lock_path(out), out))
+        if not _is_complete(out):
+            return False
+        remove_stale_temps(out, sidecar_path(out), *_companions(out, kind))
+        _clean(out, kind, [Path(p) for p in shards], False, stack, log)
+    return True
+
+
+def _is_complete(out: Path) -> bool:
+    """Whether ``out`` is there and its metadata says complete."""
+    meta = read_sidecar(out) if out.is_file() else None
+    return bool(meta and meta.get("complete"))
+
+
+def _clean(out: Path, kind: ShardKind, paths: Sequence[Path], keep: bool, stack: contextlib.ExitStack,
+           log: Callable[[str], None]) -> None:
+    """Delete what the shards ``paths`` of the complete ``out`` left (unless ``keep``), each under its
+    lock, once the metadata they left are found to be of ``out``'s settings; then say so."""
+    for p in paths:
+        _lock_shard(stack, p, keep)  # (a lock a kill left is taken over, then removed)
+    problem = _disagreement(out, kind, paths)
+    check(not problem, problem)
+    removed = [] if keep else [f for p in paths for f in _remove(p, kind)]
+    log(f"{out} is already complete" + (f"; removed the {len(removed)} files its shards left" if removed else ""))
+
+
+def _disagreement(out: Path, kind: ShardKind, paths: Sequence[Path]) -> str:
+    """The error when a shard in ``paths`` records other settings than ``out`` ("" when none does)."""
+    meta = read_sidecar(out) or {}
+    for p in paths:
+        old = read_sidecar(p)
+        diff = identity_diff(old, meta, kind.identity) if old is not None else []
+        if diff:
+            return (f"{out} holds a run with {diff[0]}={meta.get(diff[0])!r}, not {old.get(diff[0])!r} ({p}); "
+                    f"pass --overwrite to replace it or choose another --out")
+    return ""
+
+
+def _lock_shard(stack: contextlib.ExitStack, p: Path, keep: bool) -> None:
+    """Hold shard ``p``'s lock (no shard is being written, no other merge deletes it); with ``keep``
+    a shard in a folder this process cannot write is read unlocked."""
+    try:
+        stack.enter_context(run_lock(lock_path(p), p))
+    except OSError as e:
+        if e.errno not in _UNWRITABLE:
+            raise
+        if not keep:
+            raise RsmoothError(f"cannot create {lock_path(p)} ({e.strerror}): a merge locks the shards and then "
+                               f"deletes them; pass --keep-shards to merge without writing beside them") from None
+
+
+def _checked_shards(out: Path, kind: ShardKind, paths: Sequence[Path], overwrite: bool) -> List[Tuple[Path, dict]]:
+    """(shard file, metadata) of the K shards in shard order: all complete, of one run's settings,
+    each there once, and of an existing ``out``'s settings unless ``overwrite``."""
+    metas = [(p, _shard_meta(p, kind)) for p in paths]
+    counts = sorted({m["shard"][1] for _, m in metas})
+    check(len(counts) == 1, f"the shard files are from different shard counts ({', '.join(map(str, counts))}); "
+                            f"merge the K files of one run")
+    first, k = metas[0][1], counts[0]
+    for p, meta in metas[1:]:
+        diff = identity_diff(meta, first, (*kind.identity, *kind.shard_fields[1:]))
+        if diff:
+            raise RsmoothError(f"{kind.noun} {_name(meta)} ({p}) was run with {diff[0]}={meta.get(diff[0])!r}, "
+                               f"{kind.noun} {_name(first)} with {first.get(diff[0])!r}; rerun it with the others' "
+                               f"settings")
+    by_shard: Dict[int, Tuple[Path, dict]] = {}
+    for p, meta in metas:
+        i = meta["shard"][0]
+        check(i not in by_shard, f"{kind.noun} {i}/{k} is given twice: {by_shard.get(i, (p,))[0]} and {p}")
+        by_shard[i] = (p, meta)
+    for i in range(k):
+        if i not in by_shard:
+            raise _missing(out, kind, (i, k))
+    old = read_sidecar(out)
+    diff = identity_diff(old, first, kind.identity) if old is not None and not overwrite else []
+    if diff:
+        raise RsmoothError(f"{out} holds a run with {diff[0]}={old.get(diff[0])!r}, not {first.get(diff[0])!r}; "
+                           f"pass --overwrite to replace it or choose another --out")
+    return [by_shard[i] for i in range(k)]
+
+
+def _shard_meta(p: Path, kind: ShardKind) -> dict:
+    """The metadata of shard file ``p``, checked to be that of a complete shard."""
+    check(p.is_file(), f"shard file {p} not found")
+    meta, where = read_sidecar(p), sidecar_path(p)
+    check(meta is not None and "shard" in meta, f"{p} is not a {kind.command} shard (its metadata {where} is "
+                                                f"missing or names no shard); rerun its {kind.command} command with "
+                                                f"--shard I/K")
+    s = meta["shard"]
+    check(isinstance(s, list) and len(s) == 2 and all(map(_is_int, s)) and 0 <= s[0] < s[1],
+          f"{where} is damaged (its shard is {s!r}, not [I, K] with 0 <= I < K); rerun its {kind.command} command "
+          f"with --shard I/K --overwrite")
+    damage = kind.damage(meta)
+    check(not damage, f"{where} is damaged ({damage}); rerun its {kind.command} command with --shard {_name(meta)} "
+                      f"--overwrite")
+    if not meta.get("complete"):
+        done = kind.progress(p, meta) if kind.progress else ""
+        raise RsmoothError(f"{kind.noun} {_name(meta)} ({p}) is incomplete{done}; rerun its {kind.command} command "
+                           f"to finish it")
+    return meta
+
+
+def _missing(out: Path, kind: ShardKind, shard: Shard) -> RsmoothError:
+    """The error for shard ``shard`` of ``out`` not being among the files to merge."""
+    p, name = shard_path(out, shard), f"{shard[0]}/{shard[1]}"
+    if sidecar_path(p).is_file():  # started: its metadata (and partial files) are there
+        return RsmoothError(f"{kind.noun} {name} ({p}) is incomplete; rerun its {kind.command} command (with --shard "
+                            f"{name}) to finish it")
+    return RsmoothError(f"{kind.noun} {name} of {out} is missing ({p} not found); run its {kind.command} command "
+                        f"with --shard {name}")
+
+
+def _companions(p: Path, kind: ShardKind) -> List[Path]:
+    return [Path(f"{p}{end}") for end in kind.companions]
+
+
+def _remove(p: Path, kind: ShardKind) -> List[Path]:
+    """Delete shard file ``p``: its metadata first, then its data and companions (and temporary
+    files a kill left of them); the files that were there."""
+    files = [sidecar_path(p), p, *_companions(p, kind)]
+    remove_stale_temps(*files)
+    removed = []
+    for f in files:
+        with contextlib.suppress(FileNotFoundError):
+            f.unlink()
+            removed.append(f)
+    return removed
 
 
 def _name(meta: dict) -> str:
     return f"{meta['shard'][0]}/{meta['shard'][1]}"
 
 
-def _shard_metas(paths: Sequence[Path]) -> List[Tuple[Path, dict]]:
-    """(path, sidecar) of each shard, checked to be a complete shard."""
-    out = []
-    for p in paths:
-        check(p.is_file(), f"shard file {p} not found")
-        meta = read_sidecar(p)
-        check(meta is not None and isinstance(meta.get("shard"), list) and len(meta["shard"]) == 2,
-              f"{p} is not a certify shard (its metadata {sidecar_path(p)} is missing or names no shard); "
-              f"rerun its certify command with --shard I/K")
-        if not meta.get("complete"):
-            done = len(read_certify_tsv(p)) if _whole_lines(p) else "some"
-            raise RsmoothError(f"shard {_name(meta)} ({p}) is incomplete ({done} of {meta.get('num_examples')} "
-                               f"examples); rerun its certify command to finish it")
-        out.append((p, meta))
-    counts = sorted({m["shard"][1] for _, m in out})
-    check(len(counts) == 1, f"the shard files are from different shard counts ({', '.join(map(str, counts))}); "
-                            f"merge the K files of one run")
-    return out
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _whole_lines(p: Path) -> bool:
+def int_field(meta: dict, field: str, low: int, default: Optional[int] = None) -> str:
+    """What is wrong with ``meta[field]`` as an integer >= ``low`` ("" when nothing)."""
+    v = meta.get(field, default)
+    if field not in meta and default is None:
+        return f"no {field}"
+    return "" if _is_int(v) and v >= low else f"{field} is {v!r}, not an integer >= {low}"
+
+
+# ----------------------------------------------------------------------------- certify
+
+
+def _certify_damage(meta: dict) -> str:
+    """What is wrong with a certify shard's subset fields ("" when nothing)."""
+    fields = (("subset_size", 1, None), ("skip", 1, None), ("start", 0, 0), ("num_examples", 0, None))
+    wrong = next((w for f, low, default in fields if (w := int_field(meta, f, low, default))), "")
+    if wrong:
+        return wrong
+    (i, k), size = meta["shard"], meta["subset_size"]
+    share = len(range(i, size, k))
+    if meta["num_examples"] != share:
+        return f"num_examples is {meta['num_examples']}, but shard {i}/{k} of subset_size {size} has {share}"
+    return ""
+
+
+def _certify_progress(p: Path, meta: dict) -> str:
     with contextlib.suppress(OSError):
-        return p.read_bytes().endswith(b"\n")
-    return False
+        if p.read_bytes().endswith(b"\n"):
+            return f" ({len(read_certify_tsv(p))} of {meta.get('num_examples')} examples)"
+    return f" (some of {meta.get('num_examples')} examples)"
+
+
+def _join_certify(out: Path, shards: List[Tuple[Path, dict]]) -> Tuple[dict, Callable[[], None], str]:
+    """OUT's rows sorted by idx (and OUT.seq's for --sequential/--adaptive) and sidecar, from the shards."""
+    first = shards[0][1]
+    rows = sorted(row for p, meta in shards for row in _rows(p, meta))
+    check(len(rows) == first["subset_size"],
+          f"the shards of {out} hold {len(rows)} examples, the subset has {first['subset_size']}; "
+          f"they were not run on the same subset")
+    merged = {key: v for key, v in first.items() if key not in SHARD_FIELDS}
+    merged.update(num_examples=len(rows), merged_shards=len(shards),
+                  device=", ".join(dict.fromkeys(str(m.get("device")) for _, m in shards)),
+                  started=min(str(m.get("started", "")) for _, m in shards),
+                  finished=datetime.datetime.now().isoformat(timespec="seconds"))
+    sequential = first.get("mode") in SEQUENTIAL_MODES
+    seq = sorted(row for p, _ in shards for row in seq_rows(adopt_legacy(p))) if sequential else []
+    check(not sequential or [i for i, _ in seq] == [i for i, _ in rows],
+          f"the shards' {sequential_path(shards[0][0]).name} files do not hold one row per example of their TSVs; "
+          f"rerun the shards' certify commands with --overwrite")
+
+    def write() -> None:
+        if sequential:
+            write_seq_rows(sequential_path(out), seq)
+            legacy_sequential_path(out).unlink(missing_ok=True)  # an earlier version's, now stale
+        atomic_write_bytes(out, "".join([TSV_HEADER + "\n"] + [line for _, line in rows]).encode("utf-8"))
+
+    return merged, write, f": {len(rows)} examples"
 
 
 def _rows(p: Path, meta: dict) -> List[Tuple[int, str]]:
-    """(idx, the row's line as written) of a complete shard file, checked against its share."""
-    result = read_certify_tsv(p)  # one-line errors for a damaged file
+    """(idx, the row's line as written) of a complete shard file, checked to hold its share of the
+    subset exactly (by arithmetic: the subset is never listed)."""
+    result = read_certify_tsv(p)  # one-line errors for a damaged file (and a repeated idx)
     lines = [ln for ln in p.read_text(encoding="utf-8").splitlines(keepends=True)[1:] if ln.strip()]
-    start, skip = meta.get("start", 0), meta["skip"]
-    subset = range(start, start + skip * meta["subset_size"], skip)  # what certify_indices selects
-    share = set(shard_share(subset, tuple(meta["shard"])))
-    extra = sorted(set(result.idx.tolist()) ^ share)
-    if extra:
-        raise RsmoothError(f"shard {_name(meta)} ({p}) does not hold exactly its share of the subset (idx "
-                           f"{extra[0]} {'is missing' if extra[0] in share else 'is not in it'}); "
+    (i, k), start, skip = meta["shard"], meta.get("start", 0), meta["skip"]
+    share = range(i, meta["subset_size"], k)  # positions in the subset (what certify_indices selects)
+    idx = result.idx.tolist()
+    outside = [j for j in idx if (j - start) % skip or (j - start) // skip not in share]
+    present = set(idx)
+    lost = next((start + q * skip for q in share if start + q * skip not in present), None)
+    if outside or lost is not None:
+        what = f"{min(outside)} is not in it" if outside else f"{lost} is missing"
+        raise RsmoothError(f"shard {_name(meta)} ({p}) does not hold exactly its share of the subset (idx {what}); "
                            f"rerun its certify command with --overwrite")
-    return [(int(i), ln if ln.endswith("\n") else ln + "\n") for i, ln in zip(result.idx.tolist(), lines)]
+    return [(int(j), ln if ln.endswith("\n") else ln + "\n") for j, ln in zip(idx, lines)]
 
 
-def remove_shards(paths: Sequence[Path], meta_path: Callable[[Path], Path]) -> None:
-    """Delete merged shard files and their metadata files (``meta_path(shard)``)."""
-    for p in paths:
-        meta_path(p).unlink(missing_ok=True)
-        p.unlink(missing_ok=True)
+#: the ``kind`` a targets run's metadata records
+TARGETS_KIND = "rsmooth-targets"
+#: certify/predict shards (``rsmooth certify|predict --shard I/K``, torchrun ranks)
+CERTIFY = ShardKind(command="certify", noun="shard", identity=RUN_IDENTITY, shard_fields=SHARD_FIELDS,
+                    companions=(".seq", ".seq.tsv"), damage=_certify_damage, join=_join_certify,
+                    progress=_certify_progress)

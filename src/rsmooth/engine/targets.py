@@ -25,7 +25,6 @@ computes shard r/W and rank 0 merges.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime
 import errno
 import json
@@ -44,7 +43,8 @@ from ..smoothing import Smooth, validate_count, validate_sigma
 from .checkpoint import file_sha256, resolve_checkpoint_path, resolve_device, load_model, versions
 from . import distributed
 from .seeding import generator, validate_seed
-from .shards import find_shards, parse_shard, remove_shards, shard_path
+from .shards import (ShardKind, TARGETS_KIND, clean_merged, identity_diff, int_field, lock_path, merge_shards,
+                     parse_shard, shard_path, shard_share)
 
 #: images per resumable block (fixed, so seeds and augmentation do not depend on restarts)
 BLOCK = 256
@@ -129,7 +129,7 @@ def compute_targets(
     smooth = Smooth(loaded.model.to(dev), loaded.num_classes, sigma, precision=precision,
                     channels_last=channels_last)
     out_path = Path(out)
-    meta = {"kind": "rsmooth-targets", "dataset": loaded.dataset, "split": "train",
+    meta = {"kind": TARGETS_KIND, "dataset": loaded.dataset, "split": "train",
             "data_fingerprint": data.fingerprint(), "checkpoint": str(loaded.path),
             "checkpoint_sha256": file_sha256(loaded.path), "arch": loaded.arch, "sigma": sigma,
             "num_samples": num_samples, "augment": bool(augment), "seed": seed,
@@ -147,19 +147,21 @@ def compute_targets(
         return _compute(out_path, blocks, n, k, meta, votes, overwrite, progress, log, stop_after_blocks,
                         heartbeat=heartbeat)
     shard_meta = {**meta, "shard": list(shard), "num_rows": n}
-    share = blocks[shard[0]::shard[1]]
+    share = shard_share(blocks, shard)
     if world.size == 1:
         return _compute(shard_path(out_path, shard), share, n, k, shard_meta, votes, overwrite, progress, log,
                         stop_after_blocks, heartbeat=heartbeat)
     with distributed.process_group(dev, timeout=datetime.timedelta(days=7)):
         old = _read_meta(_meta_path(out_path))
-        diff = [f for f in _IDENTITY if old is not None and old.get(f) != meta.get(f)]
+        diff = identity_diff(old, meta, _IDENTITY) if old is not None else []
         if not overwrite and out_path.exists():  # now, not after every shard is computed
             if diff:
                 raise RsmoothError(f"{out_path} exists with {diff[0]}={old.get(diff[0])!r}, not "
                                    f"{meta.get(diff[0])!r}; pass --overwrite or choose another --out")
-            if old is not None and old.get("complete"):
-                log(f"{out_path} is already computed")
+            if old is not None and old.get("complete"):  # rank 0 deletes what a kill in the merge left
+                if world.main:
+                    clean_merged(out_path, TARGETS, [shard_path(out_path, (r, world.size)) for r in range(world.size)],
+                                 log=log)
                 return out_path
         _compute(shard_path(out_path, shard), share, n, k, shard_meta, votes, overwrite, progress, log,
                  stop_after_blocks, heartbeat=heartbeat)
@@ -188,11 +190,11 @@ def _compute(out_path: Path, blocks: List[int], n: int, k: int, meta: dict, vote
     order, with partial files for resuming, under ``out_path``'s lock."""
     offsets, rows = _block_rows(n, blocks)
     num_samples = meta["num_samples"]
-    with run_lock(out_path.with_name(out_path.name + ".lock"), out_path):
+    with run_lock(lock_path(out_path), out_path):
         files = _Files(out_path)
         remove_stale_temps(out_path, files.meta, files.partial, files.done)
         old = _read_meta(files.meta)
-        diff = [f for f in (*_IDENTITY, "shard") if old is not None and old.get(f) != meta.get(f)]
+        diff = identity_diff(old, meta, (*_IDENTITY, "shard")) if old is not None else []
         if overwrite:
             files.remove(out_path)
         elif out_path.exists():
@@ -245,63 +247,55 @@ def _compute(out_path: Path, blocks: List[int], n: int, k: int, meta: dict, vote
 
 def merge_targets(out: Union[str, Path], shards: Optional[Sequence[Union[str, Path]]] = None, *,
                   overwrite: bool = False, keep: bool = False, log: Callable[[str], None] = print) -> Path:
-    """Join the K shard files of a targets run (``shard=(I, K)``) into ``out`` and its metadata,
-    the files a one-process run writes; the shards must all be complete and from the same
-    settings.  An ``out`` of other settings is refused unless ``overwrite``.  The shard files are
-    deleted afterwards unless ``keep``."""
-    out = Path(out)
-    paths = [Path(p) for p in shards] if shards else find_shards(out)
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(run_lock(out.with_name(out.name + ".lock"), out))
-        for p in paths:
-            stack.enter_context(run_lock(p.with_name(p.name + ".lock"), p))
-        metas = []
-        for p in paths:
-            meta = _read_meta(_meta_path(p))
-            check(meta is not None and isinstance(meta.get("shard"), list),
-                  f"{p} is not a targets shard (no metadata {_meta_path(p)} naming a shard); rerun its command")
-            i, k = meta["shard"]
-            check(meta.get("complete") and p.exists(),
-                  f"targets shard {i}/{k} ({p}) is incomplete; rerun its command to finish it")
-            metas.append(meta)
-        first = metas[0]
-        k = first["shard"][1]
-        for p, meta in zip(paths, metas):
-            diff = [f for f in (*_IDENTITY, "num_rows") if meta.get(f) != first.get(f)]
-            if diff or meta["shard"][1] != k:
-                what = diff[0] if diff else "shard count"
-                raise RsmoothError(f"targets shard {p} was run with {what}={meta.get(what, meta['shard'][1])!r}, "
-                                   f"{paths[0]} with {first.get(what, k)!r}; rerun it with the others' settings")
-        by_shard = {m["shard"][0]: p for p, m in zip(paths, metas)}
-        for i in range(k):
-            if i not in by_shard:
-                p = shard_path(out, (i, k))
-                started = _meta_path(p).exists()  # its partial files hold what it computed
-                raise RsmoothError(f"targets shard {i}/{k} ({p}) is {'incomplete' if started else 'missing'}; "
-                                   f"{'rerun' if started else 'run'} its command (with --shard {i}/{k}) to finish it")
-        check(len(by_shard) == len(paths), f"a targets shard of {out} is given twice")
-        old = _read_meta(_meta_path(out))
-        diff = [f for f in _IDENTITY if old is not None and not overwrite and old.get(f) != first.get(f)]
-        if diff:
-            raise RsmoothError(f"{out} exists with {diff[0]}={old.get(diff[0])!r}, not {first.get(diff[0])!r}; "
-                               f"pass --overwrite or choose another --out")
-        n = first["num_rows"]
-        blocks = list(range((n + BLOCK - 1) // BLOCK))
-        freqs = np.empty((n, first["num_classes"]), dtype=np.float32)
-        for i in range(k):
-            part = np.load(by_shard[i], allow_pickle=False)
-            offsets, rows = _block_rows(n, blocks[i::k])
-            check(part.shape == (rows, freqs.shape[1]), f"targets shard {by_shard[i]} has shape {part.shape}, "
-                                                        f"expected ({rows}, {freqs.shape[1]}); rerun it with --overwrite")
-            for b, o in zip(blocks[i::k], offsets):
-                freqs[b * BLOCK:min((b + 1) * BLOCK, n)] = part[o:o + min(BLOCK, n - b * BLOCK)]
-        merged = {f: v for f, v in first.items() if f not in ("shard", "num_rows")}
-        _write_json(_meta_path(out), {**merged, "complete": True})
-        atomic_write(out, lambda f: np.save(f, freqs))
-        if not keep:
-            remove_shards(paths, _meta_path)
-    log(f"merged {k} shards into {out}")
-    return out
+    """:func:`~rsmooth.engine.shards.merge_shards` of targets shards (``shard=(I, K)``): ``out`` and
+    its metadata, the files a one-process run writes."""
+    return merge_shards(out, TARGETS, shards, overwrite=overwrite, keep=keep, log=log)
+
+
+def _shard_damage(meta: dict) -> str:
+    """What is wrong with a targets shard's own metadata fields ("" when nothing)."""
+    return int_field(meta, "num_rows", 1) or int_field(meta, "num_classes", 1)
+
+
+def _join(out: Path, shards: List[Tuple[Path, dict]]) -> Tuple[dict, Callable[[], None], str]:
+    """OUT's rows in dataset order and its metadata, from the shards' blocks."""
+    first = shards[0][1]
+    n, k = first["num_rows"], len(shards)
+    blocks = list(range((n + BLOCK - 1) // BLOCK))
+    freqs = np.empty((n, first["num_classes"]), dtype=np.float32)
+    for i, (p, _) in enumerate(shards):
+        share = shard_share(blocks, (i, k))
+        offsets, rows = _block_rows(n, share)
+        remake = f"rerun its targets command with --shard {i}/{k} --overwrite"
+        part = _load_array(p, remake)
+        _check_frequencies(part, p, (rows, freqs.shape[1]), remake)
+        for b, o in zip(share, offsets):
+            freqs[b * BLOCK:min((b + 1) * BLOCK, n)] = part[o:o + min(BLOCK, n - b * BLOCK)]
+    merged = {f: v for f, v in first.items() if f not in TARGETS.shard_fields}
+    return merged, lambda: atomic_write(out, lambda f: np.save(f, freqs)), ""
+
+
+def _load_array(p: Path, remake: str) -> np.ndarray:
+    """The array in the .npy file ``p``; a one-line error naming ``p`` and the fix ``remake`` for an
+    empty, truncated or pickled file."""
+    try:
+        return np.load(p, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise RsmoothError(f"cannot read targets file {p}: empty, truncated or not a .npy array "
+                           f"({first_line(e)}); {remake}") from None
+
+
+def _check_frequencies(arr: np.ndarray, p: Path, shape: Tuple[int, int], remake: str) -> None:
+    """``arr`` (read from ``p``) must be ``shape`` vote frequencies: finite, >= 0, rows summing to 1."""
+    check(arr.shape == shape, f"targets file {p} has shape {arr.shape}, expected {shape}; {remake}")
+    check(np.issubdtype(arr.dtype, np.floating) and bool(np.isfinite(arr).all()) and bool((arr >= 0).all())
+          and bool(np.allclose(arr.sum(1), 1.0, atol=1e-4)),
+          f"targets file {p} does not hold frequencies (finite, >= 0, rows summing to 1); {remake}")
+
+
+#: targets shards (``rsmooth targets --shard I/K``, torchrun ranks): blocks of BLOCK images
+TARGETS = ShardKind(command="targets", noun="targets shard", identity=_IDENTITY, shard_fields=("shard", "num_rows"),
+                    companions=(".partial.npy", ".done.npy"), damage=_shard_damage, join=_join)
 
 
 class _Files:
@@ -400,17 +394,9 @@ def load_targets(path: str, dataset) -> torch.Tensor:
     check(isinstance(meta, dict) and isinstance(meta.get("data_fingerprint", {}), dict),
           f"the metadata {mp} of targets file {p} is not an rsmooth targets record; {remake}")
     check(meta.get("complete", False), f"targets file {p} is incomplete; rerun 'rsmooth targets' to finish it")
-    try:
-        arr = np.load(p, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
-        raise RsmoothError(f"cannot read targets file {p}: empty, truncated or not a .npy array "
-                           f"({first_line(e)}); {remake}") from None
+    arr = _load_array(p, remake)
     check_fingerprint(meta.get("data_fingerprint", {}), dataset.fingerprint(), f"targets file {p}")
-    check(arr.ndim == 2 and arr.shape == (len(dataset), dataset.num_classes),
-          f"targets file {p} has shape {arr.shape}, expected ({len(dataset)}, {dataset.num_classes})")
-    check(np.issubdtype(arr.dtype, np.floating) and bool(np.isfinite(arr).all()) and bool((arr >= 0).all())
-          and bool(np.allclose(arr.sum(1), 1.0, atol=1e-4)),
-          f"targets file {p} does not hold frequencies (finite, >= 0, rows summing to 1); {remake}")
+    _check_frequencies(arr, p, (len(dataset), dataset.num_classes), remake)
     return torch.from_numpy(arr.astype(np.float32))
 
 
