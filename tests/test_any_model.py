@@ -126,6 +126,22 @@ def test_a_foreign_state_dict_certifies_with_arch_and_normalisation(nets, tmp_pa
     assert len(_tsv(out)) == 5
 
 
+def test_a_foreign_file_with_normalisation_asks_for_its_mean_std(nets, tmp_path):
+    """A factory's model without --mean/--std takes [0, 1] pixels: a file that stores normalisation
+    buffers needs them passed (its values named), not another dataset."""
+    theirs = create_model(f"{MODULE}:small", "digits", arch_kwargs={"width": 12}, mean=[0.5], std=[0.25])
+    torch.save(theirs.state_dict(), tmp_path / "theirs.pt")
+    load = dict(dataset="digits", arch=f"{MODULE}:small", arch_kwargs={"width": 12})
+    with pytest.raises(RsmoothError, match=r"built without normalisation; pass the checkpoint's "
+                                           r"--mean/--std \(--mean 0.5 --std 0.25\)$"):
+        load_model(tmp_path / "theirs.pt", **load)
+    with pytest.raises(RsmoothError, match=r"mean \[0.5\] differs from --mean \[0.3.*\]; pass the checkpoint's"):
+        load_model(tmp_path / "theirs.pt", **load, mean=[0.3], std=[0.25])
+    x = torch.rand(3, 1, 8, 8)
+    loaded = load_model(tmp_path / "theirs.pt", **load, mean=[0.5], std=[0.25]).model.eval()
+    assert torch.equal(loaded(x), theirs.eval()(x))
+
+
 @pytest.mark.parametrize("dataset,mean,std", [("digits", [0.5], [0.25]),
                                               ("cifar10", [0.4914, 0.4822, 0.4465], [0.2023, 0.1994, 0.2010])])
 def test_mean_std_wrapping_equals_a_hand_normalised_model(nets, dataset, mean, std):

@@ -108,6 +108,59 @@ def test_pickled_objects_are_refused(tmp_path):
         read_checkpoint(p)
 
 
+def _global_pickle(path, module, name, call=True):
+    """A torch zip whose pickle is ``{'f': module.name('touch marker')}`` (``call=False``: the bare
+    reference ``module.name``), written opcode by opcode: GLOBAL of any module, even one absent
+    here (``nt`` on POSIX)."""
+    import io
+    import zipfile
+
+    args = b"X\x0c\x00\x00\x00touch marker\x85R" if call else b""  # BINUNICODE, TUPLE1, REDUCE
+    data = b"\x80\x02}X\x01\x00\x00\x00fc" + f"{module}\n{name}\n".encode() + args + b"s."
+    buf = io.BytesIO()
+    torch.save({}, buf)
+    with zipfile.ZipFile(buf) as src, zipfile.ZipFile(path, "w") as dst:
+        for entry in src.namelist():
+            dst.writestr(entry, data if entry.endswith("/data.pkl") else src.read(entry))
+    return path
+
+
+@pytest.mark.parametrize("module,name", [("os", "system"), ("posix", "system"), ("nt", "system"),
+                                         ("sys", "exit")])
+def test_globals_of_modules_torch_blocks_are_named_not_called_corrupt(tmp_path, monkeypatch, module, name):
+    monkeypatch.chdir(tmp_path)
+    p = _global_pickle(tmp_path / "evil.pt", module, name)
+    with pytest.raises(RsmoothError) as e:
+        read_checkpoint(p)
+    assert str(e.value) == (f"checkpoint {p} is not a safe PyTorch checkpoint: it needs to unpickle "
+                            f"{module}.{name} (module {module}, which torch blocks outright), which can "
+                            f"run arbitrary code; pass --trust-pickle (trust_pickle=True) only if you "
+                            f"trust the file")
+    assert not (tmp_path / "marker").exists()
+    # --trust-pickle unpickles in full as before (here a bare reference: nothing is called)
+    ref = _global_pickle(tmp_path / "ref.pt", module, name, call=False)
+    with pytest.warns(UserWarning, match=f"it needs {module}.{name} \\(module {module}, which torch"):
+        if module == "nt":  # not importable on POSIX
+            with pytest.raises(RsmoothError, match=f"cannot unpickle checkpoint {ref}: ModuleNotFoundError"):
+                read_checkpoint(ref, trust_pickle=True)
+        else:
+            import importlib
+
+            assert read_checkpoint(ref, trust_pickle=True) == {"f": getattr(importlib.import_module(module), name)}
+
+
+def test_certify_names_a_blocked_global_in_one_line(tmp_path, monkeypatch, capsys):
+    from rsmooth.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    p = _global_pickle(tmp_path / "evil.pt", "posix", "system")
+    assert main(["certify", "--checkpoint", str(p), "--dataset", "digits", "--sigma", "0.25",
+                 "--out", str(tmp_path / "c.tsv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unpickle posix.system (module posix, which torch blocks outright)" in err
+    assert not (tmp_path / "marker").exists()
+
+
 def test_atomic_save_leaves_old_file_on_failure(tmp_path):
     p = tmp_path / "c.pt"
     atomic_save({"a": torch.ones(2)}, p)

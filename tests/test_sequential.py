@@ -92,6 +92,29 @@ def test_bounds_are_where_the_tests_stop_rejecting(n_a, n):
     assert np.array_equal(rejected, grid >= upper - 1e-12)
 
 
+@pytest.mark.parametrize("n_a", [70000, 99000])
+def test_bounds_are_within_1e_12_of_the_exact_ones_at_t_100000(n_a):
+    """The bound finder returns the float-rejected end, which at t = 100,000 can be tighter than the
+    exact bound by float error (log M_t is evaluated to ~1e-10, ~1e-14 in p): 30-digit quadrature of
+    the definitions puts the exact bound within 1e-12 of it on either side."""
+    mp = pytest.importorskip("mpmath")
+    n, alpha, beta = 100000, 0.001, 0.05
+
+    def log_m(p, prior, lo, hi):  # log of the likelihood ratios' mean over the prior on [lo, hi] / its mass
+        with mp.workdps(30):
+            p = mp.mpf(p)
+            ratio = lambda q: mp.exp(n_a * mp.log(q / p) + (n - n_a) * (mp.log1p(-q) - mp.log1p(-p)))  # noqa: E731
+            return mp.log(mp.quad(lambda q: ratio(q) * prior(q), sorted([lo(p), mp.mpf(n_a) / n, hi(p)]))
+                          / mp.quad(prior, [lo(p), hi(p)]))
+
+    jeffreys, uniform = (lambda q: 1 / mp.sqrt(q * (1 - q))), (lambda q: 1)
+    lower, upper = float(anytime_lower(n_a, n, alpha)), float(anytime_upper(n_a, n, beta))
+    for p, rejected in ((lower - 1e-12, True), (lower + 1e-12, False)):
+        assert (log_m(p, jeffreys, lambda p: p, lambda p: 1) >= math.log(1 / alpha)) == rejected
+    for p, rejected in ((upper + 1e-12, True), (upper - 1e-12, False)):
+        assert (log_m(p, uniform, lambda p: 0, lambda p: p) >= math.log(1 / beta)) == rejected
+
+
 def test_lower_bound_is_zero_until_half_is_rejected():
     assert float(anytime_lower(6, 10, 0.001)) == 0.0 and float(anytime_lower(0, 0, 0.001)) == 0.0
     assert float(anytime_upper(0, 0, 0.05)) == 1.0

@@ -137,12 +137,15 @@ def _torch_load(p: Path, trust_pickle: bool) -> Any:
         with allowed(list(SAFE_GLOBALS)) if allowed else contextlib.nullcontext():
             return torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for corrupt/truncated/pickled files
-        unsafe = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
+        # a global torch does not allow, or one of a module it blocks outright (os, posix, sys, nt)
+        unsafe = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)"
+                           r"(?: whose module ([\w.]+) is blocked)?", str(e))
         if unsafe is None:
             reason = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
             raise RsmoothError(f"cannot read checkpoint {p}: corrupt, truncated or not a PyTorch "
                                f"checkpoint ({reason[:160]})") from None
-        name = unsafe.group(1)
+        blocked = f" (module {unsafe.group(2)}, which torch blocks outright)" if unsafe.group(2) else ""
+        name = unsafe.group(1) + blocked
     if not trust_pickle:
         raise RsmoothError(f"checkpoint {p} is not a safe PyTorch checkpoint: it needs to unpickle "
                            f"{name}, which can run arbitrary code; pass --trust-pickle "

@@ -117,6 +117,12 @@ def _fmt(keys: List[str], limit: int = 3) -> str:
     return ", ".join(keys[:limit]) + more
 
 
+def _norm_flags(state: Mapping[str, torch.Tensor]) -> str:
+    """The ``--mean ... --std ...`` a state_dict's normalisation buffers stand for."""
+    return " ".join(f"--{name} " + " ".join(f"{v:g}" for v in state["0." + name].flatten().tolist())
+                    for name in ("mean", "std") if "0." + name in state)
+
+
 def load_weights(model: nn.Module, obj: Any, dataset: str, *,
                  normalization: Optional[Tuple[Any, Any]] = None) -> nn.Module:
     """Load a checkpoint (any format in the module docstring) into ``model`` in place.
@@ -135,7 +141,8 @@ def load_weights(model: nn.Module, obj: Any, dataset: str, *,
     Raises:
         RsmoothError: unrecognised format, or the checkpoint's architecture does not match
             (missing or unexpected keys, shape mismatch: a few offending keys are named),
-            or its normalisation differs from the dataset's.
+            or its normalisation differs from the dataset's (or from ``normalization``;
+            the error then names the --mean/--std the file stores).
     """
     stats = dataset_stats(dataset)
     arch = getattr(model, "arch", type(model).__name__)
@@ -158,22 +165,26 @@ def load_weights(model: nn.Module, obj: Any, dataset: str, *,
         e.shape == a.shape and torch.allclose(e, a, atol=1e-6) for e, a in zip(expected, actual)))
     check(same, f"the model's normalisation does not match dataset {dataset!r}; "
                 f"create it with create_model(arch, {dataset!r})")
+    # normalization given: a module:factory model or --mean/--std, so the fix is --mean/--std
+    fix = (f"pass the checkpoint's --mean/--std ({_norm_flags(state)})" if normalization is not None
+           else "was it trained on another dataset?")
     for name in ("mean", "std"):
         key = "0." + name
         if key not in state:
             continue
         if key not in target:
-            raise RsmoothError(
-                f"the checkpoint normalises its inputs ({key} = {state[key].flatten().tolist()}) "
-                f"but dataset {dataset!r} is not normalised; was it trained on another dataset?")
+            why = "the model is built without normalisation" if normalization is not None \
+                else f"dataset {dataset!r} is not normalised"
+            raise RsmoothError(f"the checkpoint normalises its inputs ({key} = "
+                               f"{state[key].flatten().tolist()}) but {why}; {fix}")
         ours = target[key].detach().float().cpu()
         theirs = state[key].detach().float().cpu()
         # 4e-3 tolerates fp16/bf16 storage yet tells CIFAR-10 from CIFAR-100 constants
         if theirs.shape != ours.shape or not torch.allclose(theirs, ours, atol=4e-3):
+            given = f"--{name}" if normalization is not None else f"dataset {dataset!r}'s"
             raise RsmoothError(
                 f"the checkpoint's normalisation {name} {theirs.flatten().tolist()} differs from "
-                f"dataset {dataset!r}'s {ours.flatten().tolist()}; was it trained on another "
-                "dataset?")
+                f"{given} {ours.flatten().tolist()}; {fix}")
     # normalisation is fixed by the dataset: compared above, never required from the checkpoint
     target = {k: v for k, v in target.items() if not k.startswith("0.")}
     state = {k: v for k, v in state.items() if not k.startswith("0.")}
