@@ -31,7 +31,7 @@ from .checkpoint import (file_sha256, git_commit, load_model, resolve_checkpoint
                          versions)
 from .seeding import generator, validate_seed
 from .seqfile import SEQUENTIAL_MODES, SeqWriter, adopt_legacy, sequential_path
-from .shards import identity_diff, merge_certify, parse_shard, shard_path, shard_share
+from .shards import RUN_IDENTITY, identity_diff, merge_certify, parse_shard, shard_path, shard_share
 from ..progress import Heartbeat, emit, heartbeat_interval, progress_bar
 
 #: how long a rank that finished its shard waits for the others, at least
@@ -204,6 +204,8 @@ def run_certification(
         emit(summary_line(done), log)
         return done
     with distributed.process_group(dev, timeout=datetime.timedelta(days=7)):
+        distributed.agree(world, {**{f: meta.get(f) for f in RUN_IDENTITY}, "out": str(out_path),
+                                  "data_fingerprint": meta["data_fingerprint"]})
         if not overwrite and _finished(out_path, meta):
             log(f"{out_path} is already complete")
             emit(summary_line(out_path), log)
