@@ -273,6 +273,7 @@ def _flatten(facts: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
 #: torch's dropout modules: :class:`ModelDraws` draws their masks per example row
 DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
 _ALPHA = (nn.AlphaDropout, nn.FeatureAlphaDropout)  # they set dropped values to a constant, not 0
+_FEATURE = (nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.FeatureAlphaDropout)  # one draw per channel
 
 
 def own_randomness(model: nn.Module) -> List[str]:
@@ -334,12 +335,24 @@ class ModelDraws:
                           f"does not run over the examples: its masks depend on the number of processes")
                 self.warn = None  # once
             return type(m).forward(m, x)
-        with torch.no_grad(), torch.random.fork_rng(devices=[] if x.device.type == "cpu" else [x.device],
-                                                    device_type=x.device.type):
-            outs = []
-            for fill in (0.0, 1.0) if isinstance(m, _ALPHA) else (1.0,):  # out = x * (f(1) - f(0)) + f(0)
-                torch.manual_seed(derive_seed(seed, "dropout", call))
-                outs.append(type(m).forward(m, x.new_full((n * per, *x.shape[1:]), fill))[lo * per:hi * per])
-        if hi - lo < n:  # not views of the whole step's masks
-            outs = [o.clone() for o in outs]
-        return x * (outs[-1] - outs[0]) + outs[0] if len(outs) == 2 else x * outs[0]
+        scale, shift = _affine(m, x, derive_seed(seed, "dropout", call), n * per, (lo * per, hi * per))
+        return x * scale if shift is None else x * scale + shift
+
+
+def _affine(m: nn.Module, x: torch.Tensor, seed: int, rows: int, keep: Tuple[int, int]
+            ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """(scale, shift or None): dropout module ``m`` seeded ``seed`` maps ``x`` to ``x * scale + shift``
+    (``f(1) - f(0)`` and ``f(0)``; a plain dropout has ``f(0) = 0``), drawn for ``rows`` rows
+    like ``x``'s, of which those in ``keep`` are returned, with the global generator restored."""
+    shape = (rows, *x.shape[1:])
+    if isinstance(m, _FEATURE) and x.dim() > 2:  # (N, C, 1, ...): its draws, at a fraction of the work
+        shape = (rows, x.shape[1], *(1,) * (x.dim() - 2))
+    outs = []
+    with torch.no_grad(), torch.random.fork_rng(devices=[] if x.device.type == "cpu" else [x.device],
+                                                device_type=x.device.type):
+        for fill in (0.0, 1.0) if isinstance(m, _ALPHA) else (1.0,):
+            torch.manual_seed(seed)
+            outs.append(type(m).forward(m, x.new_full(shape, fill))[keep[0]:keep[1]])
+    if keep[1] - keep[0] < rows:  # not views of the whole step's masks
+        outs = [o.clone() for o in outs]
+    return (outs[1] - outs[0], outs[0]) if len(outs) == 2 else (outs[0], None)
