@@ -376,11 +376,12 @@ def test_ranks_that_disagree_stop_at_once_naming_what(dropout_net, tmp_path, com
     them (not a hang until the process group's timeout)."""
     (tmp_path / "launch.py").write_text(LAUNCHER)
     args = ([*TRAIN, "--epochs", "1", "--out", tmp_path / "r"] if command == "train" else
-            ["certify", "--checkpoint", dropout_net / "one", "--n0", "10", "--n", "100", "--max", "4",
-             "--device", "cpu", "--out", tmp_path / "c.tsv"])
+            ["certify", "--checkpoint", dropout_net / "one", "--arch", "dropout_nets:dropout_net",
+             "--n0", "10", "--n", "100", "--max", "4", "--device", "cpu", "--out", tmp_path / "c.tsv"])
     p = torchrun(*args, script=tmp_path / "launch.py",
                  env={"RANK1_ARGS": extra, "PYTHONPATH": f"{dropout_net}{os.pathsep}{ENV['PYTHONPATH']}"})
-    assert "rsmooth: 2 processes (gloo, cpu)" in p.stdout.readline()  # the ranks have joined
+    line = p.stdout.readline()
+    assert "rsmooth: 2 processes (gloo, cpu)" in line, p.communicate()  # the ranks have joined
     joined = time.monotonic()
     _, stderr = p.communicate(timeout=120)
     assert p.returncode != 0 and time.monotonic() - joined < 30, stderr

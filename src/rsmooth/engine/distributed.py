@@ -19,10 +19,11 @@ import datetime
 import functools
 import os
 import re
+import sys
 import traceback
 import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -300,11 +301,13 @@ class ModelDraws:
     leaving it restores the modules.
     """
 
-    def __init__(self, model: nn.Module, warn: Optional[Any] = None) -> None:
+    def __init__(self, model: nn.Module, warn: Optional[Callable[[str], None]] = None) -> None:
         self.modules = [m for m in model.modules() if isinstance(m, DROPOUTS)]
         self.warn, self._step = warn, None
+        compiling = "torch._dynamo" in sys.modules  # torch.compile in use: keep the draws out of its graphs
         for m in self.modules:
-            m.forward = torch.compiler.disable(functools.partial(self._forward, m))
+            forward = functools.partial(self._forward, m)
+            m.forward = torch.compiler.disable(forward) if compiling else forward
 
     def __enter__(self) -> "ModelDraws":
         return self

@@ -667,7 +667,8 @@ def _rank_facts(c: TrainConfig, train_set, test_set, extras: Dict[str, torch.Ten
                 recorded: Dict[str, Any]) -> Dict[str, Any]:
     """What every rank of a torchrun job must share (:func:`~rsmooth.engine.distributed.agree`): the
     settings (but where each finds the data, its loader workers and device), the data, the
-    per-example extras and the frozen classifier (their digests), the versions."""
+    per-example extras and the frozen classifier (their digests), the versions.  The resumed
+    state needs no check: rank 0 alone reads the checkpoint and sends it to the others."""
     local = ("data_dir", "num_workers", "device")
     return {**{k: v for k, v in c.to_dict().items() if k not in local},
             "training data": train_set.fingerprint(), "test data": test_set.fingerprint(),
