@@ -796,7 +796,8 @@ class _Run:
     draws: Optional[distributed.ModelDraws] = None  # the model's dropout, whatever the number of ranks
 
     def __enter__(self) -> "_Run":
-        self.draws = distributed.ModelDraws(self.model, warn=warnings.warn if self.w.size > 1 and self.w.main else None)
+        warn = warnings.warn if self.w.size > 1 and self.w.main else None  # rank 0, under torchrun
+        self.draws = distributed.ModelDraws(self.model, warn)
         return self
 
     def __exit__(self, *exc: Any) -> None:
