@@ -51,10 +51,13 @@ def certify(model, out, *flags):
     return main(["certify", "--checkpoint", str(model), *map(str, flags), "--out", str(out)])
 
 
-def torchrun(*args):
+def torchrun(*args, script=None, env=None):
+    """2 ranks of ``rsmooth ARGS`` (or of ``python SCRIPT ARGS``), with ``env`` added to the environment."""
+    program = ["--", str(script)] if script else ["-m", "rsmooth", "--"]
     cmd = ["torchrun", "--standalone", "--nproc-per-node", "2", "--monitor-interval", "0.1",
-           "-m", "rsmooth", "--", *map(str, args)]
-    return subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           *program, *map(str, args)]
+    return subprocess.Popen(cmd, env={**ENV, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
 
 
 def wait_for(condition, proc, what, timeout=120):

@@ -2,9 +2,11 @@
 with the noise each example gets in one process, so W = 2 gloo ranks on CPU take the steps of one
 process; resume with another W; a refusal or a killed rank stops the job in one line."""
 import json
+import math
 import os
 import re
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -14,12 +16,12 @@ from torch import nn
 
 from conftest import trained_module
 from rsmooth.cli import main
-from rsmooth.engine.distributed import World, share
+from rsmooth.engine.distributed import DROPOUTS, ModelDraws, World, disagreement, own_randomness, share
 from rsmooth.errors import RsmoothError
 from rsmooth.methods import METHODS, Batch, StepContext, create_method
 from rsmooth.models import create_model
 
-from test_distributed import one_line, torchrun
+from test_distributed import ENV, one_line, torchrun
 
 #: small settings of every method, so one step takes milliseconds
 SMALL = {"smoothadv": {"num_noise": 2, "num_steps": 2}, "smoothmix": {"num_noise": 2, "num_steps": 2},
@@ -106,6 +108,74 @@ def test_attacks_run_on_the_unwrapped_module(name, forwards):
     assert wrapped.calls == forwards  # the training forwards only; the attack steps went to ``model``
 
 
+def _draws(model, x, rows, warn=None):
+    """(output, gradient) of ``model`` on rows ``lo:hi`` of ``x`` (2 copies each, image-major) in a
+    step whose rows these are."""
+    lo, hi, _ = rows
+    model.zero_grad()
+    with ModelDraws(model, warn) as draws, draws.step(123, rows):
+        out = model(x[lo:hi].repeat_interleave(2, 0))
+        out.square().sum().backward()
+    return out.detach(), torch.cat([p.grad.flatten() for p in model.parameters()] or [torch.zeros(0)])
+
+
+@pytest.mark.parametrize("dropout", DROPOUTS)
+def test_dropout_masks_are_the_one_process_rows(dropout):
+    """Each example gets the dropout mask it gets in one process, whichever rank computes it; the
+    ranks' gradients sum to the one-process one; the modules are restored after."""
+    torch.manual_seed(0)
+    drop = dropout(0.4)
+    shape = {nn.Dropout1d: (2, 5), nn.Dropout2d: (2, 4, 5), nn.Dropout3d: (2, 3, 4, 5)}.get(dropout, (2, 4, 5))
+    model = nn.Sequential(nn.Linear(5, 5), drop, nn.Flatten(), nn.Linear(math.prod(shape), 3),
+                          nn.Dropout(0.5), nn.Linear(3, 2))
+    x = torch.randn(7, *shape)
+    one, grad = _draws(model, x, (0, 7, 7))
+    assert one.ne(model.eval()(x.repeat_interleave(2, 0))).any()  # it drops
+    model.train()
+    ranks = [_draws(model, x, (*share(7, World(r, 3)), 7)) for r in range(3)]
+    torch.testing.assert_close(torch.cat([o for o, _ in ranks]), one)
+    torch.testing.assert_close(sum(g for _, g in ranks), grad, rtol=1e-5, atol=1e-6)
+    assert "forward" not in drop.__dict__
+
+
+class FeaturesFirst(nn.Module):
+    """Dropout on the transposed input: its first dimension runs over the features."""
+
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(x.t()).t()
+
+
+def test_dropout_on_another_layout_warns_once():
+    warned = []
+    model = nn.Sequential(nn.Linear(3, 3), FeaturesFirst(), FeaturesFirst())
+    _draws(model, torch.randn(3, 3), (0, 2, 3), warned.append)  # 2 rows x 2 copies: shape (3, 4)
+    assert len(warned) == 1 and "Dropout on an input of shape (3, 4)" in warned[0]
+
+
+def test_own_randomness_names_what_cannot_be_split():
+    model = nn.Sequential(nn.Dropout(0.1), nn.RReLU(), nn.MultiheadAttention(4, 1, dropout=0.1),
+                          nn.MultiheadAttention(4, 1))
+    assert own_randomness(model) == ["1 (RReLU)", "2 (MultiheadAttention)"]
+
+
+def test_disagreement_names_each_field_and_rank():
+    same = {"seed": 0, "train_subset": None}
+    assert disagreement([same, dict(same)]) is None
+    assert disagreement([same, {**same, "train_subset": 500}, same]) == \
+        "train_subset (rank 0: None, rank 1: 500, rank 2: None)"
+    assert disagreement([{"a": "x" * 100}, {}]) == f"a (rank 0: '{'x' * 56}..., rank 1: absent)"
+    data = {"data": {"name": "digits", "length": 1437, "subset": None}}
+    assert disagreement([data, {"data": {**data["data"], "length": 500, "subset": {"size": 500}}}]) == \
+        ("data length (rank 0: 1437, rank 1: 500); data subset (rank 0: None, rank 1: absent); "
+         "data subset size (rank 0: absent, rank 1: 500)")
+    assert disagreement([{k: 0 for k in "abcde"}, {k: 1 for k in "abcde"}]).endswith(
+        "c (rank 0: 0, rank 1: 1); and 2 more")
+
+
 def test_sync_bn_needs_cuda(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -138,8 +208,8 @@ def assert_same_run(a, b):
             assert rb[k] == pytest.approx(ra[k], rel=1e-4, abs=2e-3), k  # accuracies: one image of 360 at most
 
 
-def run(*args, timeout=240):
-    p = torchrun(*args)
+def run(*args, timeout=240, **kw):
+    p = torchrun(*args, **kw)
     stdout, stderr = p.communicate(timeout=timeout)
     return p.returncode, stdout, stderr
 
@@ -248,3 +318,73 @@ def test_sigterm_mid_epoch_under_torchrun_then_resume(one, tmp_path):
     assert re.search(r"^stopped in epoch \d/2 after step \d+/\d+: saved .*; rerun with --resume", stdout, re.M), stdout
     assert main([*RUNS["consistency"], "--epochs", "2", "--out", str(out), "--resume"]) == 0
     assert_same_run(one / "consistency", out)
+
+
+#: a model with dropout and no batch norm (a module of factories on the ranks' PYTHONPATH)
+DROPOUT_NET = """
+from torch import nn
+
+
+def dropout_net(num_classes):
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Dropout2d(0.2), nn.Flatten(),
+                         nn.Linear(256, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, num_classes))
+"""
+
+
+@pytest.fixture(scope="module")
+def dropout_net(tmp_path_factory):
+    """(the folder of the module, the one-process run of consistency on it, 2 epochs)."""
+    folder = tmp_path_factory.mktemp("dropout")
+    (folder / "dropout_nets.py").write_text(DROPOUT_NET)
+    sys.path.insert(0, str(folder))
+    try:
+        assert main([*RUNS["consistency"], "--arch", "dropout_nets:dropout_net", "--epochs", "2",
+                     "--out", str(folder / "one")]) == 0
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop("dropout_nets", None)
+    return folder
+
+
+@pytest.mark.slow
+def test_dropout_model_trains_on_two_ranks_as_one_process(dropout_net, tmp_path):
+    """nn.Dropout and nn.Dropout2d draw each example's mask as in one process: equal weights
+    (consistency: B x 2 copies per forward, and a last chunk smaller than the job)."""
+    code, _, stderr = run(*RUNS["consistency"], "--arch", "dropout_nets:dropout_net", "--epochs", "2",
+                          "--out", tmp_path / "r", env={"PYTHONPATH": f"{dropout_net}{os.pathsep}{ENV['PYTHONPATH']}"})
+    assert code == 0, stderr
+    assert "warning" not in stderr
+    assert_same_run(dropout_net / "one", tmp_path / "r")
+
+
+#: ``python LAUNCHER ARGS``: rsmooth ARGS, rank 1 adding $RANK1_ARGS (a rank that disagrees)
+LAUNCHER = """
+import os, sys
+from rsmooth.cli import main
+extra = os.environ["RANK1_ARGS"].split() if os.environ["RANK"] == "1" else []
+sys.exit(main(sys.argv[1:] + extra))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command, extra, field", [
+    ("train", "--train-subset 500", "train_subset (rank 0: None, rank 1: 500); training data length "
+                                    "(rank 0: 1437, rank 1: 500)"),
+    ("certify", "--alpha 0.01", "alpha (rank 0: 0.001, rank 1: 0.01)")])
+def test_ranks_that_disagree_stop_at_once_naming_what(dropout_net, tmp_path, command, extra, field):
+    """Rank 1 runs other settings: once the ranks have joined, each stops within seconds naming
+    them (not a hang until the process group's timeout)."""
+    (tmp_path / "launch.py").write_text(LAUNCHER)
+    args = ([*TRAIN, "--epochs", "1", "--out", tmp_path / "r"] if command == "train" else
+            ["certify", "--checkpoint", dropout_net / "one", "--arch", "dropout_nets:dropout_net",
+             "--n0", "10", "--n", "100", "--max", "4", "--device", "cpu", "--out", tmp_path / "c.tsv"])
+    p = torchrun(*args, script=tmp_path / "launch.py",
+                 env={"RANK1_ARGS": extra, "PYTHONPATH": f"{dropout_net}{os.pathsep}{ENV['PYTHONPATH']}"})
+    line = p.stdout.readline()
+    assert "rsmooth: 2 processes (gloo, cpu)" in line, p.communicate()  # the ranks have joined
+    joined = time.monotonic()
+    _, stderr = p.communicate(timeout=120)
+    assert p.returncode != 0 and time.monotonic() - joined < 30, stderr
+    for rank in (0, 1):
+        assert f"rsmooth: error: rank {rank} of 2: the ranks disagree on {field}" in stderr, stderr
+    assert "rsmooth/" not in stderr  # no traceback of ours (torchrun's own report follows)

@@ -31,7 +31,8 @@ from .checkpoint import (file_sha256, git_commit, load_model, resolve_checkpoint
                          versions)
 from .seeding import generator, validate_seed
 from .seqfile import SEQUENTIAL_MODES, SeqWriter, adopt_legacy, sequential_path
-from .shards import CERTIFY, clean_merged, identity_diff, lock_path, merge_certify, parse_shard, shard_path, shard_share
+from .shards import (CERTIFY, RUN_IDENTITY, clean_merged, identity_diff, lock_path, merge_certify, parse_shard,
+                     shard_path, shard_share)
 from ..progress import Heartbeat, emit, heartbeat_interval, progress_bar
 
 #: how long a rank that finished its shard waits for the others, at least
@@ -208,6 +209,8 @@ def run_certification(
         emit(summary_line(done), log)
         return done
     with distributed.process_group(dev, timeout=datetime.timedelta(days=7)):
+        distributed.agree(world, {**{f: meta.get(f) for f in RUN_IDENTITY}, "out": str(out_path),
+                                  "data_fingerprint": meta["data_fingerprint"]})
         if not overwrite and _finished(out_path, meta):  # rank 0 deletes what a kill in the merge left
             if world.main:
                 clean_merged(out_path, CERTIFY, [shard_path(out_path, (r, world.size)) for r in range(world.size)],

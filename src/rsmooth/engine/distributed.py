@@ -6,25 +6,36 @@ reads them (a plain process is rank 0 of 1); :func:`process_group` joins the job
 group (NCCL on CUDA, gloo on CPU) for the length of a run and leaves it after (rank 0 prints
 how many processes joined), and is a no-op in a plain process, so the same code runs with and
 without ``torchrun``.  Collectives go through :func:`barrier`, which turns a rank that died or
-hangs into a one-line :class:`~rsmooth.errors.RsmoothError` saying what to rerun.
+hangs into a one-line :class:`~rsmooth.errors.RsmoothError` saying what to rerun; :func:`agree`
+checks right after start-up that the ranks run the same settings on the same data.
+
+:class:`ModelDraws` makes the model's own random draws in a training step (dropout) independent
+of the number of processes, as :class:`~rsmooth.methods.StepContext` does for the methods' noise.
 """
 from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import os
 import re
+import sys
 import traceback
+import warnings
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
+from torch import nn
 
 from ..errors import RsmoothError, check, first_line
+from .seeding import derive_seed
 
 #: what to do when a rank is lost (every run under torchrun resumes where it stopped)
 RERUN = "rerun the same torchrun command to continue"
 RERUN_TRAIN = "rerun the same torchrun command with --resume to continue from the last checkpoint"
+#: how long :func:`agree` waits for every rank (they have all just joined the process group)
+AGREE_TIMEOUT = datetime.timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
@@ -209,3 +220,142 @@ def broadcast_buffers(model: torch.nn.Module, w: World) -> None:
         with collectives(w, "rank 0's batch-norm statistics"):
             for b in model.buffers():
                 dist.broadcast(b, src=0)
+
+
+def agree(w: World, facts: Dict[str, Any], timeout: datetime.timedelta = AGREE_TIMEOUT) -> None:
+    """Check that every rank has the same ``facts`` (settings, data fingerprints, versions: what
+    the ranks must share), waiting at most ``timeout`` for them; raise a one-line
+    :class:`RsmoothError` on every rank naming the facts that differ and each rank's value,
+    instead of collectives that mismatch later and hang until the group's timeout."""
+    import torch.distributed as dist
+
+    if w.size == 1:
+        return
+    barrier(w, "the other ranks to start", timeout)
+    everyone: List[Any] = [None] * w.size
+    with collectives(w, "the other ranks' settings"):
+        dist.all_gather_object(everyone, facts)
+    problem = disagreement(everyone)
+    if problem:
+        raise RsmoothError(f"{w}: the ranks disagree on {problem}; start every rank with the same "
+                           f"command, data and rsmooth version, then rerun")
+
+
+def disagreement(everyone: List[Dict[str, Any]]) -> Optional[str]:
+    """``train_subset (rank 0: None, rank 1: 500)`` for the facts whose values differ between the
+    ranks' dicts ``everyone`` (dicts in them compared key by key: ``training data length``),
+    the first three joined by ``; ``; None when they all agree."""
+    flat = [_flatten(facts) for facts in everyone]
+    keys = list(dict.fromkeys(k for facts in flat for k in facts))
+    bad = [k for k in keys if any(f.get(k, _ABSENT) != flat[0].get(k, _ABSENT) for f in flat)]
+
+    def value(v: Any) -> str:
+        text = "absent" if v is _ABSENT else repr(v)
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    text = "; ".join(f"{k} ({', '.join(f'rank {r}: {value(f.get(k, _ABSENT))}' for r, f in enumerate(flat))})"
+                     for k in bad[:3])
+    return text + (f"; and {len(bad) - 3} more" if len(bad) > 3 else "") if bad else None
+
+
+_ABSENT = object()
+
+
+def _flatten(facts: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for k, v in facts.items():
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, f"{prefix}{k} "))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+#: torch's dropout modules: :class:`ModelDraws` draws their masks per example row
+DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+_ALPHA = (nn.AlphaDropout, nn.FeatureAlphaDropout)  # they set dropped values to a constant, not 0
+_FEATURE = (nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.FeatureAlphaDropout)  # one draw per channel
+
+
+def own_randomness(model: nn.Module) -> List[str]:
+    """The modules of ``model`` whose random draws in training :class:`ModelDraws` cannot split by
+    example (attention dropout, RReLU's slopes), as ``name (Type)``."""
+    return [f"{name or 'model'} ({type(m).__name__})" for name, m in model.named_modules()
+            if isinstance(m, nn.RReLU) or (isinstance(m, nn.MultiheadAttention) and m.dropout > 0)]
+
+
+class ModelDraws:
+    """The model's own random draws in a training step, independent of the number of processes.
+
+    While a step runs (:meth:`step`) the global generators are seeded by the step and this
+    process's rows of it, and every forward of one of ``model``'s dropout modules
+    (:data:`DROPOUTS`) in training mode draws its mask for all ``n`` examples of the step, from
+    the global generator seeded by the step and the call's number and restored after, and keeps
+    rows ``lo:hi``: each example gets the mask it gets in one process, whichever process
+    computes it.  This holds when the dropout's input has the examples along its first
+    dimension (``B``, or ``B * m`` copies image-major); for another layout (a first dimension
+    that is not a multiple of the rows) the mask comes from this process's seeded generator
+    instead, with a warning under torchrun (``warn``).  Other draws (``torch.rand*`` in a
+    model's own code, :func:`own_randomness`) depend on the rows, hence on the number of processes.
+    Cost: one mask of ``n`` rows per dropout call instead of ``hi - lo``.  A context manager;
+    leaving it restores the modules.
+    """
+
+    def __init__(self, model: nn.Module, warn: Optional[Callable[[str], None]] = None) -> None:
+        self.modules = [m for m in model.modules() if isinstance(m, DROPOUTS)]
+        self.warn, self._step = warn, None
+        compiling = "torch._dynamo" in sys.modules  # torch.compile in use: keep the draws out of its graphs
+        for m in self.modules:
+            forward = functools.partial(self._forward, m)
+            m.forward = torch.compiler.disable(forward) if compiling else forward
+
+    def __enter__(self) -> "ModelDraws":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for m in self.modules:
+            m.__dict__.pop("forward", None)
+
+    @contextlib.contextmanager
+    def step(self, seed: int, rows: Tuple[int, int, int]) -> Iterator[None]:
+        """The body is the step seeded ``seed`` whose rows ``lo:hi`` of ``n`` this process computes."""
+        torch.manual_seed(derive_seed(seed, "rows", rows[0], rows[1]))
+        self._step = [seed, rows, 0]
+        try:
+            yield
+        finally:
+            self._step = None
+
+    def _forward(self, m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if self._step is None or not m.training or m.p == 0:
+            return type(m).forward(m, x)
+        seed, (lo, hi, n), call = self._step
+        self._step[2] += 1
+        per, rest = divmod(x.shape[0], hi - lo) if x.dim() else (0, 1)
+        if rest:
+            if self.warn is not None:
+                self.warn(f"{type(m).__name__} on an input of shape {tuple(x.shape)} whose first dimension "
+                          f"does not run over the examples: its masks depend on the number of processes")
+                self.warn = None  # once
+            return type(m).forward(m, x)
+        scale, shift = _affine(m, x, derive_seed(seed, "dropout", call), n * per, (lo * per, hi * per))
+        return x * scale if shift is None else x * scale + shift
+
+
+def _affine(m: nn.Module, x: torch.Tensor, seed: int, rows: int, keep: Tuple[int, int]
+            ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """(scale, shift or None): dropout module ``m`` seeded ``seed`` maps ``x`` to ``x * scale + shift``
+    (``f(1) - f(0)`` and ``f(0)``; a plain dropout has ``f(0) = 0``), drawn for ``rows`` rows
+    like ``x``'s, of which those in ``keep`` are returned, with the global generator restored."""
+    shape = (rows, *x.shape[1:])
+    if isinstance(m, _FEATURE) and x.dim() > 2:  # (N, C, 1, ...): its draws, at a fraction of the work
+        shape = (rows, x.shape[1], *(1,) * (x.dim() - 2))
+    outs = []
+    with torch.no_grad(), torch.random.fork_rng(devices=[] if x.device.type == "cpu" else [x.device],
+                                                device_type=x.device.type):
+        for fill in (0.0, 1.0) if isinstance(m, _ALPHA) else (1.0,):
+            torch.manual_seed(seed)
+            outs.append(type(m).forward(m, x.new_full(shape, fill))[keep[0]:keep[1]])
+    if keep[1] - keep[0] < rows:  # not views of the whole step's masks
+        outs = [o.clone() for o in outs]
+    return (outs[1] - outs[0], outs[0]) if len(outs) == 2 else (outs[0], None)

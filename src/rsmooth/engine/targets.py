@@ -152,6 +152,7 @@ def compute_targets(
         return _compute(shard_path(out_path, shard), share, n, k, shard_meta, votes, overwrite, progress, log,
                         stop_after_blocks, heartbeat=heartbeat)
     with distributed.process_group(dev, timeout=datetime.timedelta(days=7)):
+        distributed.agree(world, {**{f: meta.get(f) for f in _IDENTITY}, "out": str(out_path)})
         old = _read_meta(_meta_path(out_path))
         diff = identity_diff(old, meta, _IDENTITY) if old is not None else []
         if not overwrite and out_path.exists():  # now, not after every shard is computed

@@ -30,6 +30,7 @@ import functools
 import json
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
@@ -483,6 +484,9 @@ def train(
            torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay, nesterov=c.nesterov))
     sched = _make_scheduler(opt, c)
     with distributed.process_group(device):
+        if w.size > 1:
+            distributed.agree(w, _rank_facts(c, train_set, test_set, extras, recorded))
+            _warn_own_randomness(model, w)
         ck = _start_state(ckpt_path, c, resume, w, log)
         start_epoch, history = 0, []
         scaler = torch.amp.GradScaler(device.type, enabled=c.precision == "fp16")
@@ -670,6 +674,28 @@ def _build_model(c: TrainConfig, method: Method, device: torch.device, trust_cod
         "num_classes": f.num_classes}
 
 
+def _rank_facts(c: TrainConfig, train_set, test_set, extras: Dict[str, torch.Tensor],
+                recorded: Dict[str, Any]) -> Dict[str, Any]:
+    """What every rank of a torchrun job must share (:func:`~rsmooth.engine.distributed.agree`): the
+    settings (but where each finds the data, its loader workers and device), the data, the
+    per-example extras and the frozen classifier (their digests), the versions.  The resumed
+    state needs no check: rank 0 alone reads the checkpoint and sends it to the others."""
+    local = ("data_dir", "num_workers", "device")
+    return {**{k: v for k, v in c.to_dict().items() if k not in local},
+            "training data": train_set.fingerprint(), "test data": test_set.fingerprint(),
+            **{f"{k} (shape, sum)": (list(v.shape), float(v.sum(dtype=torch.float64))) for k, v in extras.items()},
+            "classifier sha256": (recorded.get("classifier") or {}).get("sha256"),
+            "rsmooth": __version__, "torch": torch.__version__}
+
+
+def _warn_own_randomness(model: nn.Module, w: World) -> None:
+    """Rank 0 warns about modules whose random draws depend on the number of processes."""
+    odd = distributed.own_randomness(model)
+    if odd and w.main:
+        warnings.warn(f"{', '.join(odd[:3])}{' ...' if len(odd) > 3 else ''} draw random numbers that depend "
+                      f"on the number of processes: this run's weights will differ from a one-process run's")
+
+
 def _start_state(ckpt_path: Path, c: TrainConfig, resume: bool, w: World,
                  log: Callable[[str], None]) -> Optional[Dict[str, Any]]:
     """The checkpoint to resume from (None: a fresh run), read by rank 0 and sent to the others;
@@ -778,14 +804,19 @@ class _Run:
     extras: Dict[str, torch.Tensor]
     on_step: Optional[Callable[["_Position", torch.Tensor], None]] = None
     position: Optional["_Position"] = None
+    draws: Optional[distributed.ModelDraws] = None  # the model's dropout, whatever the number of ranks
 
     def __enter__(self) -> "_Run":
+        warn = warnings.warn if self.w.size > 1 and self.w.main else None  # rank 0, under torchrun
+        self.draws = distributed.ModelDraws(self.model, warn)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         # DistributedDataParallel must go while the process group lives: freed after it, its
         # reducer joins gloo's threads holding the GIL they wait for, and the process hangs
         self.net = self.inner = None
+        if self.draws is not None:
+            self.draws.__exit__(*exc)
 
     def epoch(self, train_set, epoch: int, progress: bool, partial: Optional[Dict[str, Any]] = None,
               after_batch: Optional[Callable[["_Position"], None]] = None) -> Dict[str, Any]:
@@ -809,7 +840,9 @@ class _Run:
                           {k: v[idx.to(device, non_blocking=True)] for k, v in self.extras.items()})
             for j, chunk in enumerate(batch.chunks(method.num_chunks)):
                 noise_gen.manual_seed(derive_seed(c.seed, "noise", epoch, b, j))
-                loss, stats = self.step(chunk, StepContext(noise_gen, epoch, c.epochs, pos.steps, first_lr_drop(c)))
+                with self.draws.step(derive_seed(c.seed, "model", epoch, b, j),
+                                     (*distributed.share(len(chunk), self.w), len(chunk))):
+                    loss, stats = self.step(chunk, StepContext(noise_gen, epoch, c.epochs, pos.steps, first_lr_drop(c)))
                 pos.steps += 1
                 for k, v in stats.items():
                     pos.sums[k] = pos.sums[k] + v if k in pos.sums else v
