@@ -370,14 +370,16 @@ sys.exit(main(sys.argv[1:] + extra))
 @pytest.mark.parametrize("command, extra, field", [
     ("train", "--train-subset 500", "train_subset (rank 0: None, rank 1: 500); training data length "
                                     "(rank 0: 1437, rank 1: 500)"),
-    ("certify", "--alpha 0.01", "alpha (rank 0: 0.001, rank 1: 0.01)")])
+    ("certify", "--alpha 0.01", "alpha (rank 0: 0.001, rank 1: 0.01)"),
+    ("targets", "--num-samples 30", "num_samples (rank 0: 20, rank 1: 30)")])
 def test_ranks_that_disagree_stop_at_once_naming_what(dropout_net, tmp_path, command, extra, field):
     """Rank 1 runs other settings: once the ranks have joined, each stops within seconds naming
     them (not a hang until the process group's timeout)."""
     (tmp_path / "launch.py").write_text(LAUNCHER)
-    args = ([*TRAIN, "--epochs", "1", "--out", tmp_path / "r"] if command == "train" else
-            ["certify", "--checkpoint", dropout_net / "one", "--arch", "dropout_nets:dropout_net",
-             "--n0", "10", "--n", "100", "--max", "4", "--device", "cpu", "--out", tmp_path / "c.tsv"])
+    model = ["--checkpoint", dropout_net / "one", "--arch", "dropout_nets:dropout_net", "--device", "cpu"]
+    args = {"train": [*TRAIN, "--epochs", "1", "--out", tmp_path / "r"],
+            "certify": ["certify", *model, "--n0", "10", "--n", "100", "--max", "4", "--out", tmp_path / "c.tsv"],
+            "targets": ["targets", *model, "--num-samples", "20", "--out", tmp_path / "t.npy"]}[command]
     p = torchrun(*args, script=tmp_path / "launch.py",
                  env={"RANK1_ARGS": extra, "PYTHONPATH": f"{dropout_net}{os.pathsep}{ENV['PYTHONPATH']}"})
     line = p.stdout.readline()
