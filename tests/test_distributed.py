@@ -212,23 +212,31 @@ def test_shard_flag_under_torchrun_is_refused(model, tmp_path, monkeypatch, caps
     assert "--shard under torchrun: each rank certifies shard RANK/WORLD_SIZE itself" in one_line(capsys)
 
 
-def test_torchrun_rerun_after_a_kill_in_the_merge_cleans_what_it_left(model, tmp_path, monkeypatch, capsys):
-    """A torchrun certify killed while rank 0 deletes the merged shards: the rerun says OUT is complete
-    and deletes the shard and lock files left beside it (rank 0 of 2 here, in this process)."""
+def _killed_in_the_merge_as_rank_0_of_2(out, monkeypatch):
+    """Merge ``out``'s two shards as a torchrun rank 0 killed while deleting them (after the first
+    sidecar, holding every lock), then make this process rank 0 of 2 without a process group.
+    Returns OUT's bytes."""
     from contextlib import contextmanager
 
     from rsmooth.engine import distributed
 
-    out = tmp_path / "c.tsv"
-    for i in range(2):
-        assert certify(model, out, *FAST, "--shard", f"{i}/2") == 0
     assert main(["merge", "--keep-shards", str(out)]) == 0
-    merged = out.read_bytes()
-    Path(f"{shard_path(out, (0, 2))}.json").unlink()  # killed after this, holding every lock
+    Path(f"{shard_path(out, (0, 2))}.json").unlink()
     for p in (out, shard_path(out, (0, 2)), shard_path(out, (1, 2))):
         Path(f"{p}.lock").write_text("12345\n")
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setattr(distributed, "process_group", contextmanager(lambda dev, timeout=None: (yield)))
+    monkeypatch.setattr(distributed, "agree", lambda world, facts: None)
+    return out.read_bytes()
+
+
+def test_torchrun_rerun_after_a_kill_in_the_merge_cleans_what_it_left(model, tmp_path, monkeypatch, capsys):
+    """A torchrun certify killed while rank 0 deletes the merged shards: the rerun says OUT is complete
+    and deletes the shard and lock files left beside it (rank 0 of 2 here, in this process)."""
+    out = tmp_path / "c.tsv"
+    for i in range(2):
+        assert certify(model, out, *FAST, "--shard", f"{i}/2") == 0
+    merged = _killed_in_the_merge_as_rank_0_of_2(out, monkeypatch)
     capsys.readouterr()
     assert certify(model, out, *FAST) == 0
     assert f"{out} is already complete; removed the 3 files its shards left" in capsys.readouterr().out
@@ -236,21 +244,11 @@ def test_torchrun_rerun_after_a_kill_in_the_merge_cleans_what_it_left(model, tmp
 
 
 def test_torchrun_targets_rerun_after_a_kill_in_the_merge_cleans_what_it_left(model, tmp_path, monkeypatch):
-    from contextlib import contextmanager
-
-    from rsmooth.engine import distributed
-
     out, logs = tmp_path / "t.npy", []
     quiet = dict(num_samples=2, train_subset=300, device="cpu", progress=False, log=logs.append)
     for i in range(2):
         compute_targets(str(model), str(out), shard=(i, 2), **quiet)
-    assert main(["merge", "--keep-shards", str(out)]) == 0
-    merged = out.read_bytes()
-    Path(f"{shard_path(out, (0, 2))}.json").unlink()  # killed after this, holding every lock
-    for p in (out, shard_path(out, (0, 2)), shard_path(out, (1, 2))):
-        Path(f"{p}.lock").write_text("12345\n")
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setattr(distributed, "process_group", contextmanager(lambda dev, timeout=None: (yield)))
+    merged = _killed_in_the_merge_as_rank_0_of_2(out, monkeypatch)
     compute_targets(str(model), str(out), **quiet)
     assert logs[-1] == f"{out} is already complete; removed the 3 files its shards left"
     assert sorted(q.name for q in tmp_path.iterdir()) == ["t.npy", "t.npy.json"] and out.read_bytes() == merged
