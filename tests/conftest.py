@@ -19,9 +19,10 @@ torch.set_num_threads(1)
 QUIET = dict(progress=False, log=lambda s: None)
 #: the environment of the tests' rsmooth subprocesses: this tree's rsmooth, one thread as here,
 #: one-line errors (no --debug tracebacks)
+# (no empty PYTHONPATH entry: Python reads one as the current folder, which rsmooth must not search)
 SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "RSMOOTH_DEBUG": "",
-                  "PYTHONPATH": os.pathsep.join([str(Path(rsmooth.__file__).parents[1]),
-                                                 os.environ.get("PYTHONPATH", "")])}
+                  "PYTHONPATH": os.pathsep.join(p for p in [str(Path(rsmooth.__file__).parents[1]),
+                                                            os.environ.get("PYTHONPATH", "")] if p)}
 
 
 def trained_module(method, model, channels: int):
