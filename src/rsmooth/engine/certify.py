@@ -116,7 +116,8 @@ class CertifyJob:
             check(self.radii is not None, "sequential certification needs the radii to decide: --radii 0.25 0.5 0.75")
             v["radii"] = sorted(set(validate_radii(self.radii)))
         else:
-            check(self.radii is None, "--radii goes with --sequential (the radii to decide); drop it or add --sequential")
+            check(self.radii is None,
+                  "--radii goes with --sequential (the radii to decide); drop it or add --sequential")
         if sequential:
             n_max = v["n_max"] = validate_count("n_max", self.n_max)
             n0 = v["n0"]
