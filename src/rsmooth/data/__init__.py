@@ -25,10 +25,10 @@ from .base import (
     InMemoryDataset,
     check_fingerprint,
     dataset_info,
-    get_dataset,
     published_release,
 )
 from .download import download_file
+from .get import get_dataset
 from .subsets import SubsetDataset, certify_indices, fixed_subset
 
 # Importing the readers registers them in DATASETS.
