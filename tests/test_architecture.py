@@ -5,8 +5,9 @@ rsmooth modules is built: absolute (``import rsmooth.x``, ``from rsmooth.x impor
 (``from .x import y``, ``from . import name``), a package standing for its ``__init__`` and
 ``from P import name`` for the submodule ``P.name`` when there is one.  Imports inside functions
 count too (a lazy import is a dependency all the same); imports under ``if TYPE_CHECKING:`` do not
-(they never run), nor do ``importlib`` calls (``rsmooth.__getattr__``'s lazy exports).  The package an imported submodule sits in is not an edge of its own (Python
-runs it first, but every submodule would then be in a circle with its package's ``__init__``).
+(they never run), nor do ``importlib`` calls (``rsmooth.__getattr__``'s lazy exports).  The package
+an imported submodule sits in is not an edge of its own (Python runs it first, but every submodule
+would then be in a circle with its package's ``__init__``).
 """
 import ast
 import functools
