@@ -60,7 +60,7 @@ def train_argv(dataset: str, method: str, sigma: float, hparams: Dict[str, Any],
     hyperparameters, the schedule scaled by ``budget.epochs``, ``train_size`` examples; below the
     paper's budget the test set is evaluated after the last epoch only (the per-epoch
     evaluation took most of a smoke run's training time, and the table does not use it)."""
-    from ..cli import hparam_flags
+    from ..engine.runconfig import hparam_flags
     from ..engine.train import TrainConfig
     from ..methods import create_method
 
@@ -161,23 +161,40 @@ def done(step: Step) -> bool:
         return False
 
 
-def run_steps(steps: Sequence[Step], jobs: int, logs: Path, log: Callable[[str], None] = print) -> None:
-    """Run ``steps`` (in order, or ``jobs`` at a time as their inputs are ready, each in its own
-    process with its log in ``logs``); the first failure stops new steps and is raised."""
+#: how a step runs: its ``rsmooth`` arguments -> its exit status (the CLI hands its ``main``)
+RunStep = Callable[[List[str]], int]
+
+
+def run_steps(steps: Sequence[Step], jobs: int, logs: Path, log: Callable[[str], None] = print,
+              run_step: Optional[RunStep] = None) -> None:
+    """Run ``steps`` (in order, each through ``run_step``, by default :func:`run_in_subprocess`; or
+    ``jobs`` at a time as their inputs are ready, each in its own process with its log in ``logs``);
+    the first failure stops new steps and is raised."""
     todo = [s for s in steps if not done(s)]
     log(f"{len(steps) - len(todo)} of {len(steps)} steps already done")
     if jobs == 1:
-        from ..cli import main
-
         for k, s in enumerate(todo, 1):
             log(f"== [{k}/{len(todo)}] {s.title}")
-            code = main(s.argv)
+            code = (run_step or run_in_subprocess)(s.argv)
             if code in (130, 143):  # Ctrl-C / SIGTERM: the step stopped cleanly; so does the reproduction
                 raise KeyboardInterrupt
             if code != 0:
                 raise RsmoothError(f"step '{s.title}' failed (see above); fix it and rerun the same command to continue")
         return
     _run_parallel(todo, jobs, logs, log)
+
+
+def run_in_subprocess(argv: List[str]) -> int:
+    """Run one step as ``python -m rsmooth ARGV`` in a process of its own (killed if this one dies),
+    its output on ours, and return its exit status; on Ctrl-C (which reaches it too) wait for it to
+    stop cleanly.  ``rsmooth reproduce`` runs its steps in its own process instead (the CLI hands
+    its ``main`` as ``run_step``)."""
+    proc = subprocess.Popen([sys.executable, "-m", "rsmooth", *argv],
+                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    try:
+        return proc.wait()
+    finally:
+        proc.wait()
 
 
 def _child_env(jobs: int) -> Dict[str, str]:
