@@ -20,16 +20,6 @@ import rsmooth
 
 ROOT = Path(rsmooth.__file__).parent
 
-#: circles being removed elsewhere: each entry excuses a circle all of whose modules start with one
-#: of its prefixes
-KNOWN = [
-    # removed by the CLI package change (reproduce will not import the CLI)
-    ("rsmooth.cli", "rsmooth.reproduce"),
-    # engine.shards.shard_kind (whose only caller is the CLI's merge) moves up to engine.targets once
-    # the CLI package imports it from there
-    ("rsmooth.engine.shards", "rsmooth.engine.targets"),
-]
-
 
 def _modules() -> Dict[str, Path]:
     """Module name -> file, packages under their own name (``rsmooth.report`` -> its __init__)."""
@@ -136,13 +126,9 @@ def _path_around(start: str, graph: Dict[str, Set[str]], component: Set[str]) ->
     return path[::-1]
 
 
-def _excused(circle: List[str]) -> bool:
-    return any(all(m.startswith(prefixes) for m in circle) for prefixes in KNOWN)
-
-
 @pytest.mark.parametrize("lazy", [False, True], ids=["at-import", "with-lazy-imports"])
 def test_no_import_circles(lazy):
-    found = [c for c in circles(import_graph(lazy)) if not _excused(c)]
+    found = circles(import_graph(lazy))
     assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
 
 
