@@ -219,8 +219,9 @@ def add_sequential_flags(p: argparse.ArgumentParser) -> None:
         "with anytime-valid confidence sequences (Robbins' one-sided Beta-binomial mixtures; Howard, Ramdas, "
         "McAuliffe, Sekhon 2021, arXiv 1810.08240), which hold at every sample size at once and so stay valid "
         "when the data choose when to stop (Voracek 2024, arXiv 2406.17830). The lower bound certifies "
-        "(--alpha covers every radius and every stop at once); an upper bound at level --futility only stops "
-        "work on radii that --n-max samples would not certify. OUT keeps its columns (radius: the certified "
+        "(--alpha covers every radius and every stop at once); an upper bound at level --futility stops work "
+        "on radii that its lower bound would not certify with --n-max samples (fixed certify --n N_MAX, "
+        "whose bound is about 1.5x tighter, certifies some of them: see the README). OUT keeps its columns (radius: the certified "
         "radius, 0 with predict -1 when none); each example's samples (n0 + n), bounds and decisions go to "
         "OUT.seq (tab-separated; runs of earlier versions wrote OUT.seq.tsv, renamed when resumed)")
     g.add_argument("--sequential", action="store_true",
@@ -244,8 +245,8 @@ def add_sequential_flags(p: argparse.ArgumentParser) -> None:
                    "still add at the stop (default: 0.05; inf: stop at the first look)")
     g.add_argument("--futility", type=float, metavar="BETA",
                    help="with --sequential or --adaptive: level of the upper bound that gives up radii (or radius "
-                   "gains) --n-max samples would not reach; the chance of giving up one they would reach is at "
-                   "most 2 * BETA. Never affects a certificate's validity (default: 0.05; below 1/e)")
+                   "gains) its lower bound would not reach with --n-max samples; the chance of giving up one it "
+                   "would reach is at most 2 * BETA. Never affects a certificate's validity (default: 0.05; below 1/e)")
     p.set_defaults(n=None)  # an --n given is told from the default: these modes draw up to --n-max
 
 
