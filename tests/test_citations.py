@@ -38,8 +38,8 @@ def _sources():
 
 
 def test_the_package_is_found():
-    names = {p.name for p in _sources()}
-    assert {"cli.py", "presets_table.py", "catrs.py"} <= names
+    names = {p.relative_to(PACKAGE).as_posix() for p in _sources()}
+    assert {"cli/__init__.py", "presets_table.py", "methods/catrs.py"} <= names
 
 
 @pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(PACKAGE)))

@@ -33,7 +33,7 @@ def test_closed_pipe_ends_quietly(monkeypatch, capsys):
     def other_pipe(args):  # a broken pipe that is not stdout stays an error
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr("rsmooth.cli.cmd_list", other_pipe)
+    monkeypatch.setattr("rsmooth.cli.listing.run", other_pipe)
     assert main(["list"]) == 2
     assert capsys.readouterr().err == "rsmooth: error: Broken pipe\n"
 

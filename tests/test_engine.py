@@ -49,7 +49,6 @@ def test_existing_checkpoint_needs_resume_and_same_settings(tmp_path):
     assert len(train(_config(epochs=2), tmp_path, resume=True, **QUIET).history) == 2
 
 
-@METHODS.register("_test_chunked")
 @dataclass
 class _Chunked(Method):
     """A Gaussian loss taking one optimiser step per chunk of 4, recording what it saw."""
@@ -66,7 +65,8 @@ class _Chunked(Method):
         return gaussian_loss(model(batch.x + self.noise_like(batch.x, ctx)), batch.y), {}
 
 
-def test_chunking_one_step_per_chunk(tmp_path):
+def test_chunking_one_step_per_chunk(tmp_path, monkeypatch):
+    monkeypatch.setattr(METHODS, "_items", {**METHODS._items, "_test_chunked": _Chunked})  # this test only
     _Chunked.seen.clear()
     train(_config(epochs=1, method="_test_chunked", batch_size=100), tmp_path, **QUIET)
     sizes = [s[0] for s in _Chunked.seen]

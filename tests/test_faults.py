@@ -454,7 +454,7 @@ def test_main_prints_one_line_per_error(monkeypatch, capsys, exc, code, line):
     def fail(args):
         raise exc
 
-    monkeypatch.setattr("rsmooth.cli.cmd_list", fail)
+    monkeypatch.setattr("rsmooth.cli.listing.run", fail)
     assert _main(capsys, "list") == (code, line + "\n")
 
 
@@ -462,7 +462,7 @@ def test_debug_shows_the_traceback(monkeypatch, capsys):
     def fail(args):
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr("rsmooth.cli.cmd_list", fail)
+    monkeypatch.setattr("rsmooth.cli.listing.run", fail)
     monkeypatch.delenv("RSMOOTH_DEBUG", raising=False)
     with pytest.raises(ZeroDivisionError):
         main(["--debug", "list"])

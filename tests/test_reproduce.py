@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import SUBPROCESS_ENV
 from rsmooth.cli import build_parser, main, train_config_from_args
 from rsmooth.engine.train import TrainConfig
 from rsmooth.errors import RsmoothError
@@ -138,6 +139,56 @@ def test_train_commands_give_the_scaled_preset(preset, budget, tmp_path):
     # below the paper's budget only the last epoch is evaluated (issue 20, item 16)
     assert [e for e in range(got.epochs) if got.evaluates(e)] == (
         list(range(got.epochs)) if b.is_paper else [got.epochs - 1])
+
+
+@pytest.mark.parametrize("table,budget", [("catrs:table4", "smoke"), ("catrs:table4", "paper"),
+                                          ("rsmooth:digits", "small")])
+def test_step_settings_are_what_the_cli_reads_from_the_argv(table, budget):
+    """The estimate reads each step's settings (reproduce imports no CLI): they must be what the
+    step's command line gives when the CLI parses it."""
+    parser = build_parser()
+    for step in plan(get_table(table), parse_budget(budget), [0], Path("OUT")):
+        args = parser.parse_args(step.argv)
+        if step.kind == "train":
+            assert step.settings == {"config": train_config_from_args(args).resolved()}, step.title
+        else:
+            keys = ("num_samples", "train_subset") if step.kind == "targets" else ("n0", "n", "skip", "max", "start")
+            assert step.settings == {k: getattr(args, k) for k in keys}, step.title
+
+
+def test_reproduce_imports_no_cli():
+    """The CLI runs reproduce, never the other way round: the plan's flags come from
+    rsmooth.engine.runconfig and its steps run through the function the CLI hands down."""
+    import ast
+
+    import rsmooth.reproduce as package
+
+    for path in Path(package.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert "cli" not in (node.module or "").split("."), f"{path.name}:{node.lineno}"
+
+
+def test_reproduce_runs_steps_through_the_function_it_is_handed(tmp_path):
+    """The CLI hands main (steps in its process); a Python caller's default is a process per step."""
+    from rsmooth.reproduce.plan import Step, run_steps
+
+    ran = []
+    steps = [Step("certify", f"step {k}", ["--version"], tmp_path / f"out{k}") for k in range(2)]
+    run_steps(steps, 1, tmp_path / "logs", log=lambda s: None, run_step=lambda argv: ran.append(argv) or 0)
+    assert ran == [["--version"], ["--version"]]
+    with pytest.raises(RsmoothError, match="step 'step 0' failed"):
+        run_steps(steps, 1, tmp_path / "logs", log=lambda s: None, run_step=lambda argv: 2)
+
+
+@pytest.mark.slow
+def test_python_callers_run_each_step_in_a_process_of_its_own(tmp_path, monkeypatch):
+    from rsmooth.reproduce.plan import Step, run_steps
+
+    monkeypatch.setenv("PYTHONPATH", SUBPROCESS_ENV["PYTHONPATH"])
+    with pytest.raises(RsmoothError, match="step 'step 0' failed"):  # python -m rsmooth --no-such-flag: status 2
+        run_steps([Step("certify", "step 0", ["--no-such-flag"], tmp_path / "out")], 1, tmp_path / "logs",
+                  log=lambda s: None)
 
 
 def test_plan_shares_the_sigma0_model_and_targets(tmp_path):

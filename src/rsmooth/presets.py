@@ -5,40 +5,19 @@ the command line override it.  Each preset names the paper table it reproduces (
 where Jeong et al. 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 and Jeong et al.
 2023 (CAT-RS, arXiv 2212.09000) App. C.5 disagree, a preset follows the paper whose table it
 reproduces and says so in its ``note``.  The presets themselves (one row per dataset x method x
-sigma, with their training schedules) are in :mod:`rsmooth.presets_table`, registered when this
-module is imported.
+sigma, with their training schedules) and the :class:`Preset` record are in
+:mod:`rsmooth.presets_table`, which imports nothing of this module; this module registers them
+when it is imported.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 from .errors import RsmoothError, did_you_mean
+from .presets_table import Preset, paper_presets
 from .registry import Registry
 
 PRESETS: Registry = Registry("preset")
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A training recipe: ``TrainConfig`` fields plus the method's hyperparameters."""
-
-    dataset: str
-    method: str
-    sigma: float
-    hparams: Dict[str, Any] = field(default_factory=dict)  # besides sigma
-    config: Dict[str, Any] = field(default_factory=dict)  # TrainConfig fields (epochs, lr, ...)
-    source: str = ""  # the table it reproduces, e.g. "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Table 4"
-    note: Optional[str] = None
-
-    @property
-    def name(self) -> str:
-        return f"{self.dataset}/{self.method}/{self.sigma:.2f}"
-
-    def train_config(self) -> Dict[str, Any]:
-        """``TrainConfig`` keyword arguments of this preset."""
-        return {"dataset": self.dataset, "method": self.method,
-                "hparams": {"sigma": self.sigma, **self.hparams}, **self.config}
 
 
 def add_preset(preset: Preset) -> Preset:
@@ -82,4 +61,5 @@ def preset_config(dataset: str, method: str, sigma: float) -> Tuple[Optional[str
     return None, {"dataset": dataset, "method": method, "hparams": {"sigma": sigma}}
 
 
-from . import presets_table  # noqa: E402,F401  (registers the paper presets)
+for _preset in paper_presets():
+    add_preset(_preset)

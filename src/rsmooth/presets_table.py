@@ -1,7 +1,8 @@
 """The paper presets: the settings behind each baseline row of the papers' tables.
 
-One row per ``dataset x method x sigma`` in :data:`ROWS`; importing :mod:`rsmooth.presets`
-registers them all.  Hyperparameters are the method fields (``num_noise`` = m, ``lbd`` =
+One row per ``dataset x method x sigma`` in :data:`ROWS`; :func:`paper_presets` builds them as
+:class:`Preset` records and importing :mod:`rsmooth.presets` registers them all (this module
+imports nothing of that one).  Hyperparameters are the method fields (``num_noise`` = m, ``lbd`` =
 lambda, ``num_steps`` = T, ``alpha_step`` = SmoothMix's alpha, ``mix_step`` = 1 for SmoothMix's
 "one-step adversary"; eps and step sizes in l2 [0,1]-pixel units) and come from Jeong et al.
 2022 (CAT-RS first version, OpenReview qLqeb9AjD2o) App. B.2 (MNIST, CIFAR-10) and Jeong et al.
@@ -27,9 +28,31 @@ gives the text's).  Pass ``--epochs 150 --lr-step 50`` for the CAT-RS schedule.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from .presets import Preset, add_preset
+
+@dataclass(frozen=True)
+class Preset:
+    """A training recipe: ``TrainConfig`` fields plus the method's hyperparameters."""
+
+    dataset: str
+    method: str
+    sigma: float
+    hparams: Dict[str, Any] = field(default_factory=dict)  # besides sigma
+    config: Dict[str, Any] = field(default_factory=dict)  # TrainConfig fields (epochs, lr, ...)
+    source: str = ""  # the table it reproduces, e.g. "Jeong et al. 2023 (CAT-RS, arXiv 2212.09000) Table 4"
+    note: Optional[str] = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.dataset}/{self.method}/{self.sigma:.2f}"
+
+    def train_config(self) -> Dict[str, Any]:
+        """``TrainConfig`` keyword arguments of this preset."""
+        return {"dataset": self.dataset, "method": self.method,
+                "hparams": {"sigma": self.sigma, **self.hparams}, **self.config}
+
 
 #: per dataset: architecture, lr and step schedule (see the module docstring)
 SCHEDULES: Dict[str, Dict[str, Any]] = {
@@ -298,20 +321,16 @@ def build_catrs(row: Tuple[str, str, float, Dict[str, Any], str]) -> Preset:
                   source=source, note=note)
 
 
-for _row in ROWS:
-    add_preset(build(_row))
-for _row in CATRS_ROWS:
-    add_preset(build_catrs(_row))
-
 #: denoised smoothing (Salman et al. 2020, arXiv 2003.01908), read from the authors' code (see
 #: rsmooth.methods.denoise.PAPER_HYPERPARAMETERS): DnCNN trained with Adam in front of a frozen
 #: classifier given with --classifier; Stab+MSE fine-tunes the MSE denoiser (--init)
 _DENOISE_SOURCE = "Salman et al. 2020 (Denoised Smoothing, arXiv 2003.01908)"
 
 
-def _denoise_presets() -> None:
+def _denoise_presets() -> List[Preset]:
     from .methods.denoise import PAPER_HYPERPARAMETERS, PAPER_SIGMAS
 
+    presets = []
     for method, per_data in PAPER_HYPERPARAMETERS.items():
         for dataset, hp in per_data.items():
             config = {k: v for k, v in hp.items() if k not in ("denoiser", "init")}
@@ -322,8 +341,12 @@ def _denoise_presets() -> None:
                        "--init RUN" if hp["init"] == "denoise-mse" else "")
                     + "; settings read from the authors' code (microsoft/denoised-smoothing)")
             for sigma in PAPER_SIGMAS:
-                add_preset(Preset(dataset=dataset, method=method, sigma=sigma, hparams={}, config=dict(config),
-                                  source=f"{_DENOISE_SOURCE} {what}", note=note))
+                presets.append(Preset(dataset=dataset, method=method, sigma=sigma, hparams={}, config=dict(config),
+                                      source=f"{_DENOISE_SOURCE} {what}", note=note))
+    return presets
 
 
-_denoise_presets()
+def paper_presets() -> List[Preset]:
+    """Every paper preset, in the order :mod:`rsmooth.presets` registers them: :data:`ROWS`, then
+    :data:`CATRS_ROWS`, then denoised smoothing's."""
+    return [build(row) for row in ROWS] + [build_catrs(row) for row in CATRS_ROWS] + _denoise_presets()

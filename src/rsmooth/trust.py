@@ -14,13 +14,15 @@ user already chose:
 
 A ``--config`` file counts as the user's own choice (they wrote or picked it); a run folder being
 resumed without ``--arch`` counts as a file.  ``arch_kwargs`` are data for an approved factory
-(:func:`check_arch_kwargs`), never a way to name another callable.
+(:func:`check_arch_kwargs`, defined in :mod:`rsmooth.jsondata` below the models that call it), never
+a way to name another callable.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from .errors import RsmoothError
+from .jsondata import check_arch_kwargs
 
 __all__ = ["UntrustedCode", "check_recorded_arch", "check_arch_kwargs"]
 
@@ -52,35 +54,3 @@ def check_recorded_arch(arch: Any, where: str, *, trust_code: bool, hint: str = 
     if trust_code or not isinstance(arch, str) or ":" not in arch or _registered_ref(arch):
         return
     raise UntrustedCode(arch, where, hint=hint)
-
-
-_DATA = (type(None), bool, int, float, str)
-
-
-def _data_problem(value: Any, at: str) -> Optional[str]:
-    """Where ``value`` stops being JSON-like data (None, bool, numbers, str, lists, str-keyed dicts)."""
-    if isinstance(value, _DATA):
-        return None
-    if isinstance(value, (list, tuple)):
-        return next((p for i, v in enumerate(value) if (p := _data_problem(v, f"{at}[{i}]"))), None)
-    if isinstance(value, Mapping):
-        bad = next((k for k in value if not isinstance(k, str)), None)
-        if bad is not None:
-            return f"{at} has the key {bad!r}, not a string"
-        return next((p for k, v in value.items() if (p := _data_problem(v, f"{at}[{k!r}]"))), None)
-    return f"{at} is not data but a {type(value).__name__} ({value!r:.40})"
-
-
-def check_arch_kwargs(kwargs: Any, where: str = "arch_kwargs") -> None:
-    """``kwargs`` must be None or a JSON object of data: a dict with str keys whose values are
-    None, booleans, numbers, strings, lists or such dicts (what a run records and ``--arch-kwargs``
-    parses), so that keyword arguments never carry a callable to a factory."""
-    if kwargs is None:
-        return
-    if not isinstance(kwargs, Mapping):
-        raise RsmoothError(f"{where} must be a dict of keyword arguments (a JSON object such as "
-                           f"{{\"width\": 64}}), got a {type(kwargs).__name__}: {kwargs!r:.60}")
-    problem = _data_problem(kwargs, where)
-    if problem is not None:
-        raise RsmoothError(f"{problem}; {where} must be JSON-like data (null, true/false, numbers, strings, "
-                           f"lists and objects with string keys), never code or other objects")

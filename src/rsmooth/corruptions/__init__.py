@@ -23,12 +23,13 @@ Example::
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..errors import RsmoothError, check
+from . import cifar_c, mnist_c  # noqa: F401  (register the suites' corruptions)
+from .suites import SUITES, Corruption, CorruptionFn, Suite  # noqa: F401  (CorruptionFn: importable from here)
 
 __all__ = ["Corruption", "Suite", "SUITES", "BENCHMARK", "HELD_OUT", "get_suite", "default_suite", "corrupt",
            "resolve_severity"]
@@ -48,63 +49,6 @@ HELD_OUT: Dict[str, Tuple[str, ...]] = {
     "cifar10-c": ("speckle_noise", "gaussian_blur", "spatter", "saturate"),
     "mnist-c": (),
 }
-
-#: ``fn(x float64 [H, W, C] in [0, 1], severity or None, rng) -> float array [H, W, C]``
-CorruptionFn = Callable[[np.ndarray, Optional[int], np.random.Generator], np.ndarray]
-
-
-@dataclass(frozen=True)
-class Corruption:
-    """One corruption of a suite.
-
-    ``severities``: the levels it has (``()`` for one without levels, such as ``stripe``);
-    ``default``: the level used when none is asked for (MNIST-C: the published one).
-    """
-
-    name: str
-    fn: CorruptionFn
-    severities: Tuple[int, ...] = (1, 2, 3, 4, 5)
-    default: Optional[int] = None
-
-
-@dataclass
-class Suite:
-    """A family of corruption definitions, in the authors' order (``corruptions``)."""
-
-    name: str
-    citation: str
-    corruptions: Dict[str, Corruption] = field(default_factory=dict)
-
-    def register(self, name: str, severities: Tuple[int, ...] = (1, 2, 3, 4, 5),
-                 default: Optional[int] = None) -> Callable[[CorruptionFn], CorruptionFn]:
-        """Decorator adding ``fn`` as corruption ``name``."""
-        def deco(fn: CorruptionFn) -> CorruptionFn:
-            if name in self.corruptions:
-                raise ValueError(f"corruption {name!r} is already in suite {self.name}")
-            self.corruptions[name] = Corruption(name, fn, tuple(severities), default)
-            return fn
-
-        return deco
-
-    def names(self) -> List[str]:
-        return list(self.corruptions)
-
-    def get(self, name: str) -> Corruption:
-        try:
-            return self.corruptions[name]
-        except KeyError:
-            raise RsmoothError(f"unknown corruption {name!r} in the {self.name} suite; choose one of: "
-                               f"{', '.join(self.corruptions)}") from None
-
-
-#: Suite name -> :class:`Suite`; filled by the modules imported at the end of this file.
-SUITES: Dict[str, Suite] = {
-    "mnist-c": Suite("mnist-c", "Mu & Gilmer 2019, MNIST-C: A Robustness Benchmark for Computer Vision, "
-                     "arXiv 1906.02337"),
-    "cifar10-c": Suite("cifar10-c", "Hendrycks & Dietterich 2019, Benchmarking Neural Network Robustness "
-                       "to Common Corruptions and Perturbations, arXiv 1903.12261"),
-}
-
 
 def get_suite(name: str) -> Suite:
     """The :class:`Suite` called ``name``; an unknown name lists the suites."""
@@ -154,6 +98,3 @@ def corrupt(images: np.ndarray, name: str, severity: Optional[int], *, suite: st
         check(y.shape == hwc.shape, f"corruption {name} returned shape {y.shape} for an image of shape {hwc.shape}")
         out[k] = (np.clip(y, 0.0, 1.0) * 255.0).astype(np.uint8).transpose(2, 0, 1)
     return out
-
-
-from . import mnist_c, cifar_c  # noqa: E402,F401  (register the suites' corruptions)  isort: skip

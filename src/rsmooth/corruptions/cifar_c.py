@@ -36,7 +36,8 @@ import numpy as np
 from PIL import Image
 from scipy import ndimage
 
-from . import SUITES, ops
+from . import ops
+from .suites import SUITES
 
 suite = SUITES["cifar10-c"]
 

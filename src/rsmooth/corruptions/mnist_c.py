@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import SUITES
+from .suites import SUITES
 from .ops import affine_about_center, canny, gaussian, line_from_points, motion_blur as _motion_blur
 from .ops import plasma_fractal, warp_affine
 

@@ -1,5 +1,8 @@
 """Datasets for rsmooth: readers, checksummed downloads, batched augmentation, fingerprints.
 
+Owns the dataset interface and the ``DATASETS`` registry (:mod:`~rsmooth.data.base`, at the
+bottom), the readers that register in it, subsets, corrupted copies made on the fly
+(:mod:`~rsmooth.data.generated`), and :func:`get_dataset` (:mod:`~rsmooth.data.get`, on top).
 ``get_dataset(name, split)`` returns a :class:`Dataset` of [0, 1] images; names are in
 ``DATASETS`` (digits, mnist, fashion-mnist, cifar10, cifar100, imagenet, and the published
 corrupted test sets cifar10-c, cifar100-c, mnist-c, which take ``corruption=`` and, for CIFAR,
@@ -25,10 +28,10 @@ from .base import (
     InMemoryDataset,
     check_fingerprint,
     dataset_info,
-    get_dataset,
     published_release,
 )
 from .download import download_file
+from .get import get_dataset
 from .subsets import SubsetDataset, certify_indices, fixed_subset
 
 # Importing the readers registers them in DATASETS.

@@ -37,16 +37,49 @@ def field_flag(name: str) -> str:
     return _FLAGS.get(name, "--" + name.replace("_", "-"))
 
 
+def method_flags() -> Dict[str, List[Tuple[str, dataclasses.Field]]]:
+    """Every method hyperparameter (except sigma) by its ``rsmooth train`` flag: flag -> [(method,
+    field), ...], the one table the CLI's flags, :func:`hparam_flag` and :func:`hparam_flags` read.
+
+    The flag is the field name with dashes, or ``metadata["flag"]`` where the field name means
+    something else in the field's scripts (``gamma``: --macer-gamma, --stability-gamma).
+    """
+    from ..methods import METHODS, hyperparameters
+
+    out: Dict[str, List[Tuple[str, dataclasses.Field]]] = {}
+    for name in METHODS.names():
+        if name.startswith("_"):  # private (tests): no flags
+            continue
+        for f in hyperparameters(METHODS.get(name)):
+            if f.name != "sigma":
+                out.setdefault("--" + f.metadata.get("flag", f.name.replace("_", "-")), []).append((name, f))
+    return out
+
+
 def hparam_flag(method: str, name: str) -> str:
     """The ``rsmooth train`` flag of hyperparameter ``name`` of ``method`` (``gamma`` of macer ->
     ``--macer-gamma``)."""
-    from ..methods import METHODS, hyperparameters
+    return next((flag for flag, uses in method_flags().items()
+                 if any(m == method and f.name == name for m, f in uses)), field_flag(name))
 
-    if method in METHODS:
-        for f in hyperparameters(METHODS.get(method)):
-            if f.name == name and name != "sigma":
-                return "--" + f.metadata.get("flag", name.replace("_", "-"))
-    return field_flag(name)
+
+def hparam_flags(method: str, hparams: Mapping[str, Any]) -> List[str]:
+    """The ``rsmooth train`` arguments that set ``hparams`` of ``method`` (the inverse of the parsing)."""
+    out: List[str] = []
+    known = set()
+    for flag, uses in method_flags().items():
+        f = dict(uses).get(method)
+        if f is None:
+            continue
+        known.add(f.name)
+        if f.name in hparams:
+            v = hparams[f.name]
+            out += ([flag if v else "--no-" + flag[2:]] if isinstance(v, bool) else
+                    [flag, repr(v) if isinstance(v, float) else str(v)])
+    unknown = set(hparams) - known
+    if unknown:
+        raise RsmoothError(f"{method} has no hyperparameter {', '.join(sorted(unknown))}")
+    return out
 
 
 def flag_text(flag: str, value: Any) -> str:

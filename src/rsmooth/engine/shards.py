@@ -100,26 +100,11 @@ def lock_path(path: PathLike) -> Path:
     return Path(f"{path}.lock")
 
 
-def shard_kind(out: PathLike, shards: Sequence[PathLike] = ()) -> ShardKind:
-    """Whose shards merge into ``out``: targets' when a shard's metadata (or ``out``'s) says
-    ``"kind": "rsmooth-targets"``, or with neither readable when ``out`` ends in ``.npy``;
-    certify's otherwise."""
-    from .targets import TARGETS
-
-    out = Path(out)
-    for p in [*map(Path, shards), *_shard_names(out, CERTIFY).values(), out]:
-        with contextlib.suppress(RsmoothError):
-            meta = read_sidecar(p)
-            if meta is not None:
-                return TARGETS if meta.get("kind") == TARGETS_KIND else CERTIFY
-    return TARGETS if out.suffix == ".npy" else CERTIFY
-
-
 def find_shards(out: PathLike, kind: Optional[ShardKind] = None) -> List[Path]:
     """The shard files of ``out`` (default: a certification's) in its folder, in shard order;
     one-line errors when there are none or they come from different shard counts."""
     out, kind = Path(out), kind or CERTIFY
-    found = {key: p for key, p in _shard_names(out, kind).items() if p.is_file()}
+    found = {key: p for key, p in shard_names(out, kind).items() if p.is_file()}
     check(bool(found), f"no shard files of {out} ({shard_path(out, (0, 'K'))} ...); run 'rsmooth {kind.command} "
                        f"--shard I/K --out {out}' for I = 0..K-1 first")
     counts = sorted({k for _, k in found})
@@ -128,7 +113,7 @@ def find_shards(out: PathLike, kind: Optional[ShardKind] = None) -> List[Path]:
     return list(found.values())
 
 
-def _shard_names(out: Path, kind: ShardKind) -> Dict[Shard, Path]:
+def shard_names(out: Path, kind: ShardKind) -> Dict[Shard, Path]:
     """``(I, K)`` -> shard file name, in shard order, of every shard of ``out`` that left a file in
     its folder: its data, or only its metadata, lock or companions (a merge killed while deleting)."""
     ends = "|".join(re.escape(s) for s in (".json", ".lock", *kind.companions))
@@ -174,7 +159,7 @@ def merge_shards(out: PathLike, kind: ShardKind, shards: Optional[Sequence[PathL
     with contextlib.ExitStack() as stack:
         stack.enter_context(run_lock(lock_path(out), out))
         remove_stale_temps(out, sidecar_path(out), *_companions(out, kind))
-        left = given or list(_shard_names(out, kind).values())
+        left = given or list(shard_names(out, kind).values())
         if _is_complete(out) and not (overwrite and _disagreement(out, kind, left)):
             _clean(out, kind, left, keep, stack, log)  # a merge rerun: OUT stays as it is
             return out

@@ -25,6 +25,7 @@ computes shard r/W and rank 0 merges.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import json
@@ -37,14 +38,15 @@ import torch
 
 from ..errors import RsmoothError, check, first_line
 from ..fileio import atomic_write, atomic_write_bytes, naming, open_nofollow, remove_stale_temps, run_lock
+from ..metrics import read_sidecar
 from ..paths import check_output_file
 from ..progress import Heartbeat, heartbeat_interval, progress_bar
 from ..smoothing import Smooth, validate_count, validate_sigma
 from .checkpoint import file_sha256, resolve_checkpoint_path, resolve_device, load_model, versions
 from . import distributed
 from .seeding import generator, validate_seed
-from .shards import (ShardKind, TARGETS_KIND, clean_merged, identity_diff, int_field, lock_path, merge_shards,
-                     parse_shard, shard_path, shard_share)
+from .shards import (CERTIFY, PathLike, ShardKind, TARGETS_KIND, clean_merged, identity_diff, int_field, lock_path,
+                     merge_shards, parse_shard, shard_names, shard_path, shard_share)
 
 #: images per resumable block (fixed, so seeds and augmentation do not depend on restarts)
 BLOCK = 256
@@ -403,3 +405,16 @@ def load_targets(path: str, dataset) -> torch.Tensor:
 
 def _write_json(path: Path, obj: dict) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def shard_kind(out: PathLike, shards: Sequence[PathLike] = ()) -> ShardKind:
+    """Whose shards merge into ``out``: targets' when a shard's metadata (or ``out``'s) says
+    ``"kind": "rsmooth-targets"``, or with neither readable when ``out`` ends in ``.npy``;
+    certify's otherwise."""
+    out = Path(out)
+    for p in [*map(Path, shards), *shard_names(out, CERTIFY).values(), out]:
+        with contextlib.suppress(RsmoothError):
+            meta = read_sidecar(p)
+            if meta is not None:
+                return TARGETS if meta.get("kind") == TARGETS_KIND else CERTIFY
+    return TARGETS if out.suffix == ".npy" else CERTIFY

@@ -89,7 +89,7 @@ def create_denoiser(name: str, in_channels: int, input_size: Optional[Tuple[int,
     ``package.module:factory`` (any importable callable, called with ``kwargs`` and with
     ``in_channels`` when its signature names it) checked to map [1, C, H, W] to that shape;
     ``kwargs`` are JSON-like data (:func:`rsmooth.trust.check_arch_kwargs`), for a factory only."""
-    from ..trust import check_arch_kwargs
+    from ..jsondata import check_arch_kwargs
 
     check_arch_kwargs(kwargs)
     if ":" not in name:

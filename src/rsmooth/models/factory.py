@@ -25,7 +25,7 @@ from torch import nn
 from ..errors import RsmoothError, check, first_line
 from ..imports import cwd_hint, import_module
 from ..registry import Registry
-from ..trust import check_arch_kwargs
+from ..jsondata import check_arch_kwargs
 from .normalize import Normalize
 
 

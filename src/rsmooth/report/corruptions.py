@@ -30,8 +30,8 @@ from ..errors import RsmoothError, check
 from ..metrics import acr, certified_accuracy, read_certify_tsv, read_sidecar
 from ..metrics.certify_io import is_sequential_file
 from .paper import read_package_tsv
-from .summary import _distinct_suffixes, _sigma_from_meta, completion, decides, incomplete_note
-from .tables import TableFormat, _latex_escape, _percent, check_format, note_lines
+from .common import completion, decides, distinct_suffixes, incomplete_note, sigma_from_meta
+from .tables import TableFormat, as_percent, check_format, latex_escape, note_lines
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -156,7 +156,7 @@ def _read_file(path: Path) -> _File:
     acc = float(certified_accuracy(res.radius, res.correct, [0.0])[0])
     mode = meta.get("mode")
     cell = Cell(str(path), res.n, None if mode == "sequential" else acr(res.radius, res.correct),
-                _percent(acc, res.n) if decides(meta, 0.0) else None, mode, *completion(meta))
+                as_percent(acc, res.n) if decides(meta, 0.0) else None, mode, *completion(meta))
     return _File(path, name, severity, suite, meta, corr, cell)
 
 
@@ -193,7 +193,7 @@ def _read_folder(folder: Path) -> ModelResults:
         folder=str(folder), label="", suite=suite, dataset=dataset, source=source,
         method=_one([m.get("method") if isinstance(m.get("method"), str) else None for m in metas],
                     "the training method", folder),
-        sigma=_one([_sigma_from_meta(m) for m in metas], "sigma", folder))
+        sigma=_one([sigma_from_meta(m) for m in metas], "sigma", folder))
     with_severity = suite == "cifar10-c"
     for f in files:
         check(not with_severity or f.severity in SEVERITIES,
@@ -222,7 +222,7 @@ def _labels(models: List[ModelResults], labels: Optional[Sequence[str]]) -> List
     for lab in dict.fromkeys(labels):
         same = [i for i, x in enumerate(labels) if x == lab]
         if len(same) > 1:
-            parts = _distinct_suffixes([Path(models[i].folder).absolute().parts[1:] for i in same])
+            parts = distinct_suffixes([Path(models[i].folder).absolute().parts[1:] for i in same])
             for i, part in zip(same, parts):
                 out[i] = part if lab == Path(models[i].folder).name else f"{lab} ({part})"
     return out
@@ -502,19 +502,19 @@ def _latex(table: _Table) -> str:
     if table.groups:
         spans, rules, start = [], [], 2
         for title, subs in table.groups:
-            spans.append(rf"\multicolumn{{{len(subs)}}}{{c}}{{{_latex_escape(title)}}}")
+            spans.append(rf"\multicolumn{{{len(subs)}}}{{c}}{{{latex_escape(title)}}}")
             rules.append(rf"\cmidrule(lr){{{start}-{start + len(subs) - 1}}}")
             start += len(subs)
         lines += [" & ".join([""] + spans) + r" \\", " ".join(rules)]
         head = [table.corner] + [s for _, subs in table.groups for s in subs]
     else:
         head = [table.corner] + table.columns
-    lines += [" & ".join(_latex_escape(h) for h in head) + r" \\", r"\midrule"]
+    lines += [" & ".join(latex_escape(h) for h in head) + r" \\", r"\midrule"]
     for i, (name, kind) in enumerate(zip(table.rows, table.row_kinds)):
         if i and kind in ("mean", "paper") and table.row_kinds[i - 1] not in ("mean", "paper"):
             lines.append(r"\midrule")
         cells = [wrap[marks[i][j]].format(_text(table, i, j, False)) for j in range(len(table.columns))]
-        lines.append(" & ".join([_latex_escape(_row_label(name, kind))] + cells) + r" \\")
+        lines.append(" & ".join([latex_escape(_row_label(name, kind))] + cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     return "\n".join(lines)
 

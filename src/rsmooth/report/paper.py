@@ -18,7 +18,7 @@ from importlib import resources
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import RsmoothError
-from .summary import _sigma_from_meta
+from .common import sigma_from_meta
 
 _CATRS = ("Jeong, Kim, Shin 2023, Confidence-aware Training of Smoothed Classifiers for Certified "
           "Robustness, arXiv 2212.09000")
@@ -239,7 +239,7 @@ def paper_rows_for(metas: Sequence[Optional[dict]], table_id: str) -> Tuple[List
     def matches(row: PaperRow, meta: Optional[dict]) -> bool:
         if not meta or (meta.get("corruption") or {}).get("name", "identity") != "identity":
             return False
-        sigma, recorded = _sigma_from_meta(meta), _hparams_from_meta(meta)
+        sigma, recorded = sigma_from_meta(meta), _hparams_from_meta(meta)
         return (meta.get("dataset") == row.dataset and meta.get("method") == row.method
                 and sigma is not None and math.isclose(sigma, row.sigma)
                 and all(k not in recorded or _same(recorded[k], v) for k, v in row.hparams.items()))

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import RsmoothError
 from ..fileio import atomic_write
 from ..metrics import certified_accuracy
-from .summary import FileSummary, PathLike, _check_labels, _number_from_meta, adaptive_limit, file_bounds
+from .common import FileSummary, PathLike, adaptive_limit, check_labels, file_bounds, number_from_meta
 
 RADIUS_LABEL = "radius (l2, [0,1] pixel units)"
 PLOT_TITLE = "Approximate certified accuracy (Cohen et al. 2019)"
@@ -25,7 +25,7 @@ PLOT_TITLE = "Approximate certified accuracy (Cohen et al. 2019)"
 def approximate_caption(summaries: Sequence[FileSummary]) -> str:
     """What "approximate" certified accuracy means (Cohen, Rosenfeld, Kolter 2019, arXiv
     1902.02918, Sec. 4), with the files' alpha when their sidecars agree on one."""
-    alphas = {_number_from_meta(s.meta, "alpha") for s in summaries}
+    alphas = {number_from_meta(s.meta, "alpha") for s in summaries}
     alpha = next(iter(alphas)) if len(alphas) == 1 else None
     level = "1 \u2212 \u03b1" + (f" = {1 - alpha:g}" if alpha is not None else "")
     return (f"% of test examples classified correctly with certified radius \u2265 r; approximate: each "
@@ -68,7 +68,7 @@ def plot_certified_accuracy(summaries: Sequence[FileSummary], out: PathLike,
     ``out`` are created; returns its path.  Summaries made with ``ci`` get error bars at their
     radii: the Clopper-Pearson interval of each certified accuracy
     (:func:`rsmooth.metrics.clopper_pearson_interval`).  Points a run did not decide are left
-    out (:func:`rsmooth.report.summary.decides`): a ``--sequential`` file is drawn as markers at its
+    out (:func:`rsmooth.report.common.decides`): a ``--sequential`` file is drawn as markers at its
     radii only, an ``--adaptive`` curve ends at the largest radius it can certify.  ``caption``
     goes under the plot; None gives :func:`approximate_caption`, "" none.
     """
@@ -79,7 +79,7 @@ def plot_certified_accuracy(summaries: Sequence[FileSummary], out: PathLike,
     fmt = plot_format(out)
     if not summaries:
         raise RsmoothError("no summaries to plot")
-    labels = _check_labels(labels, len(summaries)) or [s.label for s in summaries]
+    labels = check_labels(labels, len(summaries)) or [s.label for s in summaries]
     missing = [s.path for s in summaries if s.result is None]
     if missing:
         raise RsmoothError(f"{missing[0]}: summary has no rows to plot (use summarize())")

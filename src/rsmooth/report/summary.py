@@ -10,85 +10,34 @@ decide (:func:`decides`) and unfinished runs are marked, never shown as measurem
 from __future__ import annotations
 
 import json
-import math
 import os
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
-
-import numpy as np
+from typing import List, Optional, Sequence, Tuple, Union
 
 from ..errors import RsmoothError
-from ..metrics import (
-    AccuracyBounds,
-    accuracy_bounds,
-    acr,
-    certified_counts,
-    default_radii,
-    read_certify_tsv,
-    read_sidecar,
-)
+from ..metrics import accuracy_bounds, acr, certified_counts, default_radii, read_certify_tsv, read_sidecar
 from ..metrics.certify_io import CertifyResult, is_sequential_file
 from ..metrics.intervals import check_probability
-
-PathLike = Union[str, "os.PathLike[str]"]
-Radii = Union[Sequence[float], np.ndarray, str, None]
-
-
-@dataclass
-class FileSummary:
-    """ACR and certified accuracy of one certify TSV.
-
-    ``num_examples`` counts the test examples (rows), not Monte Carlo samples;
-    ``certified_accuracy`` maps radius (float) -> fraction in [0, 1];
-    ``sigma`` and ``meta`` come from the sidecar JSON when there is one;
-    ``result`` holds the rows (used to plot on a fine radius grid);
-    ``ci`` maps radius -> :class:`rsmooth.metrics.AccuracyBounds` when summarized with ``ci``.
-    A radius the run did not decide (:meth:`decides`: one not in a ``--sequential`` run's radii, or
-    beyond what an ``--adaptive`` run can certify) maps to ``None`` and has no bounds.
-    ``complete`` is the sidecar's flag (``None`` without one) and ``examples_planned`` the examples
-    the run was started for: an unfinished run has ``complete is False`` and ``num_examples <
-    examples_planned``.  :meth:`to_dict` gives one flat record (:func:`records` for a list).
-    """
-
-    path: str
-    label: str
-    num_examples: int
-    acr: float
-    certified_accuracy: Dict[float, float]
-    sigma: Optional[float] = None
-    meta: Optional[dict] = field(default=None, repr=False)
-    result: Optional[CertifyResult] = field(default=None, repr=False, compare=False)
-    ci: Optional[Dict[float, AccuracyBounds]] = field(default=None, repr=False)
-    complete: Optional[bool] = None
-    examples_planned: Optional[int] = None
-
-    @property
-    def mode(self) -> Optional[str]:
-        """certify, predict, sequential or adaptive, as the sidecar records it (None without one)."""
-        return (self.meta or {}).get("mode")
-
-    def decides(self, radius: float) -> bool:
-        """Whether the run measured the certified accuracy at ``radius`` (:func:`decides`)."""
-        return decides(self.meta, radius)
-
-    def to_dict(self) -> dict:
-        """One plain record (``pandas.DataFrame([s.to_dict() for s in summaries])`` works): label,
-        path, mode, dataset, method, sigma, n0, n, n_max, alpha (sidecar; None where unknown),
-        examples (done), examples_planned, complete, acr, then ``acc@<r>`` (fraction in [0, 1],
-        None where the run did not decide r) and, with ``ci``, ``acc@<r>_lo/_hi/_hp``."""
-        meta = self.meta or {}
-        record = {"label": self.label, "path": self.path, "mode": self.mode,
-                  **{k: meta.get(k) for k in ("dataset", "method")}, "sigma": self.sigma,
-                  **{k: meta.get(k) for k in ("n0", "n", "n_max", "alpha")},
-                  "examples": int(self.num_examples), "examples_planned": self.examples_planned,
-                  "complete": self.complete, "acr": float(self.acr)}
-        for r, a in self.certified_accuracy.items():
-            record[f"acc@{r:g}"] = a
-        for r, b in (self.ci or {}).items():
-            record.update({f"acc@{r:g}_lo": b.lo, f"acc@{r:g}_hi": b.hi, f"acc@{r:g}_hp": b.hp})
-        return record
+from .common import (  # noqa: F401 (parse_radii: importable from here as before)
+    FileSummary,
+    PathLike,
+    Radii,
+    adaptive_limit,
+    check_labels,
+    completion,
+    decides,
+    distinct_suffixes,
+    file_bounds,
+    incomplete_note,
+    number_from_meta,
+    parse_radii,
+    resolve_radii,
+    sigma_from_meta,
+)
+from .paper import check_table_id, paper_rows_for
+from .plots import plot_certified_accuracy, plot_format
+from .tables import check_format, ci_notes, format_table, table_radii
 
 
 def records(summaries: Sequence[FileSummary]) -> List[dict]:
@@ -96,87 +45,8 @@ def records(summaries: Sequence[FileSummary]) -> List[dict]:
     return [s.to_dict() for s in summaries]
 
 
-def _same_radius(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-
-
-def adaptive_limit(meta: Optional[dict]) -> Optional[float]:
-    """The largest radius an ``--adaptive`` run can certify (its n_max samples all votes for c_A;
-    :func:`rsmooth.smoothing.sequential.largest_radius`), or None for other runs."""
-    values = [_number_from_meta(meta, k) for k in ("n_max", "alpha", "sigma")]
-    if (meta or {}).get("mode") != "adaptive" or None in values:
-        return None
-    from ..smoothing.sequential import largest_radius
-
-    n_max, alpha, sigma = values
-    return largest_radius(int(n_max), alpha, sigma)
-
-
-def decides(meta: Optional[dict], radius: float) -> bool:
-    """Whether a run with sidecar ``meta`` measured the certified accuracy at ``radius``: a
-    ``--sequential`` run only at its ``radii`` (elsewhere each example counts at the largest radius
-    it was decided robust at, a lower bound; at 0 without 0 among them, not the smoothed accuracy),
-    an ``--adaptive`` run up to :func:`adaptive_limit` (beyond it nothing can be certified); any
-    other run everywhere."""
-    meta = meta or {}
-    if meta.get("mode") == "sequential" and meta.get("radii"):
-        return any(_same_radius(float(radius), float(d)) for d in meta["radii"])
-    limit = adaptive_limit(meta)
-    return limit is None or float(radius) <= limit + 1e-12
-
-
-def parse_radii(text: str) -> List[float]:
-    """Radii from the command line: ``"0,0.5,1"`` / ``"0 0.5 1"``, or ``"start:stop:step"``
-    (``stop`` included when it is a multiple of ``step``)."""
-    text = text.strip()
-    try:
-        if ":" in text:
-            parts = [float(p) for p in text.split(":")]
-            if len(parts) != 3:
-                raise ValueError
-            start, stop, step = parts
-            if not (step > 0 and stop >= start):
-                raise RsmoothError(f"radii {text!r}: need step > 0 and stop >= start")
-            k = int(math.floor((stop - start) / step * (1 + 1e-12) + 1e-12))
-            return [round(start + i * step, 12) for i in range(k + 1)]
-        values = [float(p) for p in text.replace(",", " ").split()]
-    except ValueError:
-        raise RsmoothError(f"radii {text!r}: expected numbers like '0,0.25,0.5' "
-                           f"or 'start:stop:step' like '0:2:0.25'") from None
-    if not values:
-        raise RsmoothError("radii: empty list")
-    return values
-
-
-def _resolve_radii(radii: Radii) -> Optional[List[float]]:
-    if radii is None:
-        return None
-    if isinstance(radii, str):
-        values = parse_radii(radii)
-    else:
-        values = [float(r) for r in np.atleast_1d(np.asarray(radii, dtype=np.float64))]
-    if not values:
-        raise RsmoothError("radii: empty list")
-    if not all(math.isfinite(r) for r in values):
-        raise RsmoothError(f"radii must be finite numbers, got {values}")
-    return values
-
-
 #: file stems that name the kind of run, not the run (``runs/NAME/certify.tsv``)
 GENERIC_STEMS = ("certify", "predict")
-
-
-def _distinct_suffixes(parts: Sequence[Sequence[str]]) -> List[str]:
-    """The last part of each path; where they collide, more parts until the labels differ."""
-    depth = [1] * len(parts)
-    while True:
-        labels = ["/".join(pt[-d:]) for pt, d in zip(parts, depth)]
-        clash = [i for i, lab in enumerate(labels)
-                 if labels.count(lab) > 1 and depth[i] < len(parts[i])]
-        if not clash:
-            return labels
-        for i in clash:
-            depth[i] += 1
 
 
 def _default_labels(paths: Sequence[Path]) -> List[str]:
@@ -187,10 +57,10 @@ def _default_labels(paths: Sequence[Path]) -> List[str]:
     stems = [p.stem if p.suffix else p.name for p in paths]
     if len(set(stems)) == len(stems) and not (len(stems) == 1 and stems[0] in GENERIC_STEMS):
         return stems
-    folders = _distinct_suffixes([p.absolute().parent.parts[1:] for p in paths])
+    folders = distinct_suffixes([p.absolute().parent.parts[1:] for p in paths])
     if len(set(folders)) == len(folders) and all(folders):
         return folders
-    return _distinct_suffixes([p.with_suffix("").parts if p.suffix else p.parts for p in paths])
+    return distinct_suffixes([p.with_suffix("").parts if p.suffix else p.parts for p in paths])
 
 
 def _is_predict_run(res: CertifyResult, meta: Optional[dict]) -> bool:
@@ -199,31 +69,6 @@ def _is_predict_run(res: CertifyResult, meta: Optional[dict]) -> bool:
     if meta is not None and "mode" in meta:
         return meta["mode"] == "predict"
     return bool(res.correct.any()) and not bool((res.radius > 0).any())
-
-
-def _check_labels(labels: Optional[Sequence[str]], n_files: int) -> Optional[List[str]]:
-    if labels is None:
-        return None
-    labels = [str(lab) for lab in labels]
-    if len(labels) != n_files:
-        raise RsmoothError(f"got {len(labels)} labels for {n_files} result files; "
-                           f"give one label per file")
-    return labels
-
-
-def _number_from_meta(meta: Optional[dict], key: str) -> Optional[float]:
-    """``meta[key]`` (or ``meta["config"][key]``) when it is a number, else None."""
-    if not meta:
-        return None
-    for source in (meta, meta.get("config") if isinstance(meta.get("config"), dict) else {}):
-        value = source.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    return None
-
-
-def _sigma_from_meta(meta: Optional[dict]) -> Optional[float]:
-    return _number_from_meta(meta, "sigma")
 
 
 #: the confidence level that ``ci=True`` means
@@ -237,16 +82,10 @@ def _ci_level(ci: Union[bool, float, None]) -> Optional[float]:
     return DEFAULT_CI_LEVEL if ci is True else check_probability("the confidence level ci (--ci-level)", ci, "0.95")
 
 
-def file_bounds(s: FileSummary) -> AccuracyBounds:
-    """The bounds of a summary made with ``ci`` at its first radius: its ``level``, ``alpha`` and
-    ``wrong_certificates`` (the same at every radius of the file)."""
-    return next(iter(s.ci.values()))
-
-
 def _file_alpha(path: Path, meta: Optional[dict], alpha: Optional[float]) -> Optional[float]:
     """The certificates' failure probability: the sidecar's ``alpha``, else the given one (None when
     neither); a given alpha that contradicts the sidecar's is an error."""
-    recorded = _number_from_meta(meta, "alpha")
+    recorded = number_from_meta(meta, "alpha")
     if recorded is not None and alpha is not None and recorded != alpha:
         raise RsmoothError(f"{path}: its sidecar records alpha {recorded:g}, not {alpha:g}; leave alpha "
                            f"(--alpha) out, it is only for files without a sidecar")
@@ -282,7 +121,7 @@ def summarize(paths: Sequence[PathLike], radii: Radii = None,
     paths, labels, skipped = skip_side_files(paths, labels)
     if skipped:
         warnings.warn(side_file_note(skipped), UserWarning, stacklevel=2)
-    labels = _check_labels(labels, len(paths)) or _default_labels(paths)
+    labels = check_labels(labels, len(paths)) or _default_labels(paths)
     level = _ci_level(ci)
     if alpha is not None:
         alpha = check_probability("alpha", alpha, "0.001")
@@ -293,7 +132,7 @@ def summarize(paths: Sequence[PathLike], radii: Radii = None,
             raise RsmoothError(f"{p}: no certified examples (header only)")
         results.append(res)
     metas = [read_sidecar(p) for p in paths]
-    values = _resolve_radii(radii)
+    values = resolve_radii(radii)
     if values is None:
         max_radius = max(float(res.radius.max()) for res in results)
         decided = {float(r) for m in metas if (m or {}).get("mode") == "sequential" for r in m.get("radii") or ()}
@@ -312,7 +151,7 @@ def summarize(paths: Sequence[PathLike], radii: Radii = None,
             path=str(p), label=label, num_examples=res.n, acr=acr(res.radius, res.correct),
             certified_accuracy={float(r): float(k / res.n) if ok else None
                                 for r, k, ok in zip(values, counts, measured)},
-            sigma=_sigma_from_meta(meta), meta=meta, result=res, ci=bounds,
+            sigma=sigma_from_meta(meta), meta=meta, result=res, ci=bounds,
             complete=complete, examples_planned=planned))
     predict = [s.path for s, res in zip(summaries, results) if _is_predict_run(res, s.meta)]
     if predict:
@@ -355,20 +194,6 @@ def side_file_note(skipped: Sequence[Path]) -> str:
     return (f"skipped {', '.join(map(str, skipped))}: the per-example samples and decisions of --sequential/"
             f"--adaptive runs (their results are the certify TSVs beside them; this version names that file "
             f"OUT.seq, which *.tsv does not match)")
-
-
-def completion(meta: Optional[dict]) -> Tuple[Optional[bool], Optional[int]]:
-    """(the sidecar's ``complete`` flag, the examples it plans), None where it does not say."""
-    meta = meta or {}
-    planned = meta.get("num_examples")
-    return (None if "complete" not in meta else bool(meta["complete"]),
-            planned if isinstance(planned, int) and not isinstance(planned, bool) else None)
-
-
-def incomplete_note(label: str, done: int, planned: Optional[int]) -> str:
-    """``label: incomplete: 2 of 20 examples ...``: a table's note on a file whose sidecar says it is unfinished."""
-    return (f"{label}: incomplete: {done} of {planned if planned is not None else '?'} examples (stopped, or still "
-            f"running; rerun its certify command to finish it); its figures are over the examples done")
 
 
 def incomplete_notes(summaries: Sequence[FileSummary]) -> List[str]:
@@ -429,10 +254,6 @@ def analyze(paths: Sequence[PathLike], radii: Radii = None, fmt: str = "markdown
     ``paper``: a table id of :data:`rsmooth.report.paper.PAPER_TABLES` (``"catrs:table4"``): its
     published rows that match a file's sidecar (dataset, sigma, method) follow ours, at our radii
     (:func:`rsmooth.report.paper.paper_rows_for`); in JSON under ``"paper"``."""
-    from .paper import check_table_id, paper_rows_for
-    from .plots import plot_certified_accuracy, plot_format
-    from .tables import _table_radii, check_format, format_table  # local: avoid an import cycle
-
     if not as_json:
         check_format(fmt)
     if paper is not None:
@@ -451,7 +272,7 @@ def analyze(paths: Sequence[PathLike], radii: Radii = None, fmt: str = "markdown
         if with_ci or notes:
             out["notes"] = (ci_notes(with_ci, "json") if with_ci else []) + notes
         if paper is not None:
-            radii = _table_radii(summaries, None)
+            radii = table_radii(summaries, None)
             out["paper"] = {"table": paper, "notes": paper_notes, "rows": [
                 {"label": r.label, "method": r.method, "dataset": r.dataset, "sigma": r.sigma, "acr": r.acr,
                  "acr_std": r.acr_std, "hparams": r.hparams,
@@ -484,40 +305,3 @@ def sequential_notes(summaries: Sequence[FileSummary]) -> List[str]:
                          f"so it does not decide larger ones{shown}; raise --n-max to reach them.")
     return notes
 
-
-def ci_notes(summaries: Sequence[FileSummary], fmt: str) -> List[str]:
-    """What the bounds of summaries made with ``ci`` mean, in the words of ``fmt``'s table
-    (markdown ``a [lo, hi] ≥ h``, latex with ``$\\geq$``, csv's ``acc@r_*`` columns, json's keys)."""
-    cited = "Cohen, Rosenfeld, Kolter 2019, Certified Adversarial Robustness via Randomized Smoothing, arXiv 1902.02918"
-    first = file_bounds(summaries[0])
-    pct = f"{100 * first.level:g}%"
-    interval, hp = {"markdown": ("a [lo, hi]", "≥ h"), "latex": ("a [lo, hi]", "$\\geq$ h"),
-                    "csv": ("acc@r_lo, acc@r_hi", "acc@r_hp"),
-                    "json": ("lo, hi", "hp")}[fmt]
-    notes = [
-        f"{interval}: {'the certified accuracy (%) of the m test examples at r and ' if fmt in ('markdown', 'latex') else ''}"
-        f"the exact two-sided {pct} Clopper-Pearson interval (Clopper & Pearson 1934) for the "
-        f"probability that this certification (same n, alpha) counts a test example drawn from the test "
-        f"distribution (correct, radius >= r); it covers the sampling of the test examples, not the "
-        f"Monte-Carlo error of each certificate (each wrong with probability <= alpha; {cited}, Sec. 3.2)."]
-    known = [(s, file_bounds(s)) for s in summaries if file_bounds(s).alpha is not None]
-    if known:
-        qs = "; ".join(f"{s.label}: q = {b.wrong_certificates} (m = {s.num_examples}, alpha = {b.alpha:g})"
-                       for s, b in known)
-        notes.append(
-            f"{hp}: with probability >= {pct} over the certification noise, the smoothed classifier truly "
-            f"classifies at least this fraction of the m test examples correctly and robustly at r (at every r "
-            f"at once): the count minus q, the {pct} quantile of Binomial(m, alpha), a bound on the wrong "
-            f"certificates among all m, which fail independently with probability <= alpha each (Cohen et al.'s "
-            f"high-probability certified accuracy; {cited}, Sec. 3.2 and 4); {qs}.")
-    unknown = [s.label for s in summaries if file_bounds(s).alpha is None]
-    if unknown:
-        notes.append(f"no high-probability bound for {', '.join(unknown)}: no alpha recorded (no sidecar JSON with one); "
-                     f"give the certificates' alpha (--alpha) for one.")
-    joint = f"{100 * (2 * first.level - 1):g}%"
-    notes.append(("Bounds are rounded outward to 0.1; " if fmt in ("markdown", "latex") else "")
-                 + f"each statement holds at {pct} on its own (both together at {joint}, union bound)"
-                 + ("; hp_population joins them (beta/2 each) into a lower bound on the smoothed classifier's "
-                    "certified accuracy on the test distribution" if fmt == "json" else "")
-                 + "; ACR has no interval.")
-    return notes

@@ -10,8 +10,8 @@ with one decimal, as the papers print them; in CSV every number at full precisio
 Summaries made with ``ci`` (:func:`rsmooth.report.summarize`) show each certified accuracy with
 its confidence interval and high-probability lower bound, ``83.2 [80.1, 86.0] ≥ 82.8`` (bounds
 rounded outward), or in CSV as extra columns ``acc@<r>_lo``, ``acc@<r>_hi``, ``acc@<r>_hp`` at the
-end; notes under the table say what they mean (:func:`rsmooth.report.summary.ci_notes`).
-A radius the run did not decide (:func:`rsmooth.report.summary.decides`) is ``-`` (CSV: blank),
+end; notes under the table say what they mean (:func:`ci_notes`).
+A radius the run did not decide (:func:`rsmooth.report.common.decides`) is ``-`` (CSV: blank),
 and an unfinished run's ``examples`` reads ``2 of 20`` (CSV: 2), each explained by a note.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import List, Optional, Sequence, TYPE_CHECKING
 
 from ..errors import RsmoothError
 from ..metrics import AccuracyBounds, accuracy_bounds, certified_accuracy, certified_counts
-from .summary import FileSummary, Radii, _resolve_radii, ci_notes, file_bounds
+from .common import FileSummary, Radii, file_bounds, resolve_radii
 
 if TYPE_CHECKING:
     from .paper import PaperRow
@@ -98,8 +98,9 @@ def _ci_cell(percent: float, b: AccuracyBounds, fmt: "TableFormat") -> str:
     return text
 
 
-def _table_radii(summaries: Sequence[FileSummary], radii: Radii) -> List[float]:
-    values = _resolve_radii(radii)
+def table_radii(summaries: Sequence[FileSummary], radii: Radii) -> List[float]:
+    """The table's radii: ``radii`` when given, else every radius of the summaries in first-seen order."""
+    values = resolve_radii(radii)
     if values is not None:
         return values
     seen = {}
@@ -109,13 +110,14 @@ def _table_radii(summaries: Sequence[FileSummary], radii: Radii) -> List[float]:
     return list(seen)
 
 
-def _percent(fraction: float, num_examples: int) -> float:
+def as_percent(fraction: float, num_examples: int) -> float:
     """100 * fraction as the float nearest to 100 k / n when fraction is a count k / n."""
     k = round(fraction * num_examples)
     return 100.0 * k / num_examples if abs(fraction * num_examples - k) < 1e-6 else 100.0 * fraction
 
 
-def _latex_escape(text: str) -> str:
+def latex_escape(text: str) -> str:
+    """``text`` with LaTeX's special characters escaped."""
     repl = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
             "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
             "^": r"\textasciicircum{}"}
@@ -138,7 +140,7 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
     fmt = check_format(fmt)
     if not summaries:
         raise RsmoothError("no summaries to tabulate")
-    radii = _table_radii(summaries, radii)
+    radii = table_radii(summaries, radii)
     with_sigma = any(s.sigma is not None for s in summaries) or bool(paper_rows)
     full = fmt is TableFormat.CSV
     with_ci = [s for s in summaries if s.ci]
@@ -153,7 +155,7 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
         if with_sigma:
             row.append("" if s.sigma is None else repr(s.sigma) if full else f"{s.sigma:.2f}")
         row += [_examples_cell(s, full), repr(float(s.acr)) if full else f"{s.acr:.3f}"]
-        acc = [None if a is None else _percent(a, s.num_examples) for a in _accuracy_at(s, radii)]
+        acc = [None if a is None else as_percent(a, s.num_examples) for a in _accuracy_at(s, radii)]
         bounds = _bounds_at(s, radii) if s.ci else None
         undecided = "" if full else UNDECIDED
         if bounds is not None and not full:
@@ -188,7 +190,7 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
         return "\n".join(lines + after)
 
     # LaTeX with booktabs; bold the best (displayed) value of each metric column.
-    body = [[_latex_escape(row[0])] + row[1:] for row in rows]
+    body = [[latex_escape(row[0])] + row[1:] for row in rows]
     if ours > 1:
         for col in range(n_fixed, len(head)):
             values = [_cell_value(row[col]) for row in rows[:ours]]
@@ -249,3 +251,41 @@ def note_lines(notes: Sequence[str], fmt: TableFormat) -> str:
 
 
 __all__ = ["TableFormat", "TABLE_FORMATS", "check_format", "format_table"]
+
+
+def ci_notes(summaries: Sequence[FileSummary], fmt: str) -> List[str]:
+    """What the bounds of summaries made with ``ci`` mean, in the words of ``fmt``'s table
+    (markdown ``a [lo, hi] ≥ h``, latex with ``$\\geq$``, csv's ``acc@r_*`` columns, json's keys)."""
+    cited = "Cohen, Rosenfeld, Kolter 2019, Certified Adversarial Robustness via Randomized Smoothing, arXiv 1902.02918"
+    first = file_bounds(summaries[0])
+    pct = f"{100 * first.level:g}%"
+    interval, hp = {"markdown": ("a [lo, hi]", "≥ h"), "latex": ("a [lo, hi]", "$\\geq$ h"),
+                    "csv": ("acc@r_lo, acc@r_hi", "acc@r_hp"),
+                    "json": ("lo, hi", "hp")}[fmt]
+    notes = [
+        f"{interval}: {'the certified accuracy (%) of the m test examples at r and ' if fmt in ('markdown', 'latex') else ''}"
+        f"the exact two-sided {pct} Clopper-Pearson interval (Clopper & Pearson 1934) for the "
+        f"probability that this certification (same n, alpha) counts a test example drawn from the test "
+        f"distribution (correct, radius >= r); it covers the sampling of the test examples, not the "
+        f"Monte-Carlo error of each certificate (each wrong with probability <= alpha; {cited}, Sec. 3.2)."]
+    known = [(s, file_bounds(s)) for s in summaries if file_bounds(s).alpha is not None]
+    if known:
+        qs = "; ".join(f"{s.label}: q = {b.wrong_certificates} (m = {s.num_examples}, alpha = {b.alpha:g})"
+                       for s, b in known)
+        notes.append(
+            f"{hp}: with probability >= {pct} over the certification noise, the smoothed classifier truly "
+            f"classifies at least this fraction of the m test examples correctly and robustly at r (at every r "
+            f"at once): the count minus q, the {pct} quantile of Binomial(m, alpha), a bound on the wrong "
+            f"certificates among all m, which fail independently with probability <= alpha each (Cohen et al.'s "
+            f"high-probability certified accuracy; {cited}, Sec. 3.2 and 4); {qs}.")
+    unknown = [s.label for s in summaries if file_bounds(s).alpha is None]
+    if unknown:
+        notes.append(f"no high-probability bound for {', '.join(unknown)}: no alpha recorded (no sidecar JSON with one); "
+                     f"give the certificates' alpha (--alpha) for one.")
+    joint = f"{100 * (2 * first.level - 1):g}%"
+    notes.append(("Bounds are rounded outward to 0.1; " if fmt in ("markdown", "latex") else "")
+                 + f"each statement holds at {pct} on its own (both together at {joint}, union bound)"
+                 + ("; hp_population joins them (beta/2 each) into a lower bound on the smoothed classifier's "
+                    "certified accuracy on the test distribution" if fmt == "json" else "")
+                 + "; ACR has no interval.")
+    return notes

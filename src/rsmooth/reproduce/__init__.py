@@ -17,7 +17,7 @@ from typing import Callable, Optional, Sequence
 from ..errors import RsmoothError, check
 from ..fileio import atomic_write_text
 from ..paths import check_output_dir
-from .plan import Step, commands, plan, run_steps
+from .plan import RunStep, Step, commands, plan, run_steps
 from .render import render
 from .spec import BUDGETS, TABLES, Budget, Row, TableSpec, get_table, parse_budget, select
 
@@ -73,11 +73,14 @@ def _check_folder(out: Path, spec: TableSpec, budget: Budget) -> None:
 def reproduce(table: str, out: str, *, budget: str = "small", seeds: Optional[int] = None, jobs: int = 1,
               methods: Optional[Sequence[str]] = None, sigmas: Optional[Sequence[float]] = None,
               print_commands: bool = False, collect: bool = False, data_dir: Optional[str] = None,
-              device: Optional[str] = None, log: Callable[[str], None] = print) -> str:
+              device: Optional[str] = None, log: Callable[[str], None] = print,
+              run_step: Optional[RunStep] = None) -> str:
     """Run (or continue) the reproduction of ``table`` into ``out`` and return the table (markdown;
     with ``print_commands`` the steps' commands instead, running nothing; with ``collect`` the
     table of what is done, running nothing).  ``methods`` and ``sigmas`` keep only those rows;
-    ``seeds`` defaults to the number the table's published values are over (5 for tables of means)."""
+    ``seeds`` defaults to the number the table's published values are over (5 for tables of means).
+    With ``jobs`` 1 each step runs through ``run_step`` (its ``rsmooth`` arguments -> exit status;
+    default: a process of its own, :func:`~rsmooth.reproduce.plan.run_in_subprocess`)."""
     from .plan import _train_sizes
 
     spec = get_table(table)
@@ -105,5 +108,5 @@ def reproduce(table: str, out: str, *, budget: str = "small", seeds: Optional[in
     if print_commands:
         return commands(steps, root / "commands")
     if not collect:
-        run_steps(steps, jobs, root / "logs", log)
+        run_steps(steps, jobs, root / "logs", log, run_step)
     return render(spec, b, seed_list, root, _train_sizes(spec, b, data_dir))

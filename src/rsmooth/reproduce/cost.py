@@ -10,7 +10,6 @@ after each epoch are not counted.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -89,39 +88,31 @@ class Work:
         return None if self.unknown else sum(self.seconds.values()) / 3600
 
 
-@functools.lru_cache(maxsize=1)
-def _parser():
-    from ..cli import build_parser
-
-    return build_parser()
-
-
 def estimate(spec: TableSpec, budget: Budget, seeds: Sequence[int]) -> Work:
     """The passes of every step :func:`~rsmooth.reproduce.plan.plan` makes for ``spec`` under
-    ``budget`` and ``seeds`` (needs no data: the published sizes of the datasets)."""
-    from ..cli import train_config_from_args
+    ``budget`` and ``seeds`` (needs no data: the published sizes of the datasets), from the
+    settings each step's command sets (:attr:`~rsmooth.reproduce.plan.Step.settings`)."""
     from ..data import certify_indices
     from .plan import plan
 
-    parser = _parser()
     work = Work()
     trained: Dict[Path, Tuple[str, str]] = {}  # checkpoint -> (dataset, arch)
     for step in plan(spec, budget, seeds, Path("OUT")):  # in dependency order
-        args = parser.parse_args(step.argv)
+        s = step.settings
         if step.kind == "train":
-            c = train_config_from_args(args).resolved()
+            c = s["config"]
             size = c.train_subset or split_size(c.dataset, "train")
             work.add("train", c.epochs * size * train_passes(c.method, c.hparams), c.arch)
             trained[step.out] = (c.dataset, c.arch)
             continue
         dataset, arch = trained[step.deps[0]]  # the model certified, or whose targets these are
         if step.kind == "targets":
-            size = args.train_subset or split_size(dataset, "train")
-            work.add("targets", size * args.num_samples, arch)
+            size = s["train_subset"] or split_size(dataset, "train")
+            work.add("targets", size * s["num_samples"], arch)
         else:
-            examples = len(certify_indices(split_size(dataset, "test"), skip=args.skip, max=args.max,
-                                           start=args.start))
-            work.add("certify", examples * (args.n0 + args.n), arch)
+            examples = len(certify_indices(split_size(dataset, "test"), skip=s["skip"], max=s["max"],
+                                           start=s["start"]))
+            work.add("certify", examples * (s["n0"] + s["n"]), arch)
     return work
 
 

@@ -30,7 +30,10 @@ STAGES = ("train", "targets", "train (needs targets)", "certify")
 
 @dataclass
 class Step:
-    """One command: ``argv`` of ``rsmooth``; ``out`` what it writes; ``deps`` the outs it reads."""
+    """One command: ``argv`` of ``rsmooth``; ``out`` what it writes; ``deps`` the outs it reads;
+    ``settings`` what its argv sets, for estimates without parsing it (train: ``config``, the
+    ``TrainConfig``; targets: ``num_samples``, ``train_subset``; certify: ``n0``, ``n``, ``skip``,
+    ``max``, ``start``)."""
 
     kind: str  # train | targets | certify
     title: str
@@ -38,6 +41,7 @@ class Step:
     out: Path
     deps: List[Path] = field(default_factory=list)
     stage: int = 0
+    settings: Dict[str, Any] = field(default_factory=dict)
 
     def command(self) -> str:
         import shlex
@@ -60,35 +64,58 @@ def train_argv(dataset: str, method: str, sigma: float, hparams: Dict[str, Any],
     hyperparameters, the schedule scaled by ``budget.epochs``, ``train_size`` examples; below the
     paper's budget the test set is evaluated after the last epoch only (the per-epoch
     evaluation took most of a smoke run's training time, and the table does not use it)."""
-    from ..cli import hparam_flags
+    return train_run(dataset, method, sigma, hparams, budget, seed, out, train_size, targets, extra)[0]
+
+
+def train_run(dataset: str, method: str, sigma: float, hparams: Dict[str, Any], budget: Budget, seed: int,
+              out: Path, train_size: Optional[int], targets: Optional[Path] = None,
+              extra: Sequence[str] = ()) -> Tuple[List[str], Any]:
+    """(:func:`train_argv`, the ``TrainConfig`` it gives, ``extra``'s run-time flags such as
+    --data-dir aside): both from the same fields."""
+    from ..engine.runconfig import field_flag, hparam_flags
     from ..engine.train import TrainConfig
-    from ..methods import create_method
 
     name, fields = preset_config(dataset, method, sigma)
     hp = {**fields.get("hparams", {}), **hparams}
+    changed = {k: v for k, v in hparams.items() if fields.get("hparams", {}).get(k) != v}
+    schedule = _scaled_schedule(fields, hp, method, budget, changed)
     argv = ["train", "--preset", name] if name else ["train", "--dataset", dataset, "--method", method,
                                                       "--sigma", f"{sigma:g}"]
-    changed = {k: v for k, v in hparams.items() if fields.get("hparams", {}).get(k) != v}
+    for k, v in schedule.items():
+        argv += [field_flag(k), *map(str, v if isinstance(v, list) else [v])]
+    argv += hparam_flags(method, changed)
+    given = {**schedule, "train_subset": train_size, "targets": None if targets is None else str(targets),
+             "seed": seed}
+    for k in ("train_subset", "targets", "seed"):
+        if given[k] is not None:
+            argv += [field_flag(k), str(given[k])]
+    config = TrainConfig(**{**fields, **{k: v for k, v in given.items() if v is not None},
+                            "hparams": {**hp, **changed}}).resolved()
+    return argv + [*extra, "--out", str(out), "--resume"], config
+
+
+def _scaled_schedule(fields: Dict[str, Any], hp: Dict[str, Any], method: str, budget: Budget,
+                     changed: Dict[str, Any]) -> Dict[str, Any]:
+    """The schedule fields set under ``budget`` (epochs, milestones or lr_step, eval_every); the
+    epoch-counted hyperparameters scaled into ``changed``."""
+    from ..engine.train import TrainConfig
+    from ..methods import create_method
+
+    out: Dict[str, Any] = {}
+    c = TrainConfig(**{**fields, "hparams": hp}).resolved()
     if budget.epochs < 1:
-        c = TrainConfig(**{**fields, "hparams": hp}).resolved()
-        argv += ["--epochs", str(scaled(c.epochs, budget.epochs))]
+        out["epochs"] = scaled(c.epochs, budget.epochs)
         if c.milestones:
-            argv += ["--milestones", *[str(scaled(m, budget.epochs)) for m in c.milestones]]
+            out["milestones"] = [scaled(m, budget.epochs) for m in c.milestones]
         else:
-            argv += ["--lr-step", str(scaled(c.lr_step, budget.epochs))]
+            out["lr_step"] = scaled(c.lr_step, budget.epochs)
         resolved = create_method(method, **hp).hparams()  # the method's defaults included
         for k in EPOCH_HPARAMS:
             if resolved.get(k):
                 changed[k] = scaled(resolved[k], budget.epochs)
     if not budget.is_paper:
-        epochs = TrainConfig(**{**fields, "hparams": hp}).resolved().epochs
-        argv += ["--eval-every", str(scaled(epochs, budget.epochs) if budget.epochs < 1 else epochs)]
-    argv += hparam_flags(method, changed)
-    if train_size is not None:
-        argv += ["--train-subset", str(train_size)]
-    if targets is not None:
-        argv += ["--targets", str(targets)]
-    return argv + ["--seed", str(seed), *extra, "--out", str(out), "--resume"]
+        out["eval_every"] = scaled(c.epochs, budget.epochs) if budget.epochs < 1 else c.epochs
+    return out
 
 
 def _train_sizes(spec: TableSpec, budget: Budget, data_dir: Optional[str]) -> Dict[str, Optional[int]]:
@@ -113,10 +140,10 @@ def plan(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path, *, da
 
     def train(row: Row, seed: int, targets: Optional[Path] = None) -> Path:
         run = out / "runs" / row.dataset / row.key / f"seed{seed}"
-        argv = train_argv(row.dataset, row.method, row.sigma, row.hparams, budget, seed, run, sizes[row.dataset],
-                          targets, common)
+        argv, config = train_run(row.dataset, row.method, row.sigma, row.hparams, budget, seed, run,
+                                 sizes[row.dataset], targets, common)
         return add(Step("train", f"train {row.dataset} {row.key} seed {seed}", argv, run / "checkpoint.pt",
-                        [targets] if targets else [], 2 if targets else 0))
+                        [targets] if targets else [], 2 if targets else 0, {"config": config}))
 
     for seed in seeds:
         for row in spec.rows:
@@ -128,7 +155,8 @@ def plan(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path, *, da
                         "--num-samples", str(target_samples(row.dataset, budget)), "--seed", str(seed),
                         *(["--train-subset", str(sizes[row.dataset])] if sizes[row.dataset] else []),
                         *common, "--out", str(targets)]
-                add(Step("targets", f"targets {row.dataset} seed {seed}", argv, targets, [base], 1))
+                add(Step("targets", f"targets {row.dataset} seed {seed}", argv, targets, [base], 1,
+                         {"num_samples": target_samples(row.dataset, budget), "train_subset": sizes[row.dataset]}))
             ckpt = train(row, seed, targets)
             p = budget_protocol(spec.protocol(row.dataset), budget)
             tsv = ckpt.parent / "certify.tsv"
@@ -136,7 +164,8 @@ def plan(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path, *, da
                     "--alpha", f"{p['alpha']:g}", "--skip", str(p["skip"]),
                     *(["--max", str(p["max"])] if p.get("max") else []), "--seed", str(seed), *common,
                     "--out", str(tsv)]
-            add(Step("certify", f"certify {row.dataset} {row.key} seed {seed}", argv, tsv, [ckpt], 3))
+            add(Step("certify", f"certify {row.dataset} {row.key} seed {seed}", argv, tsv, [ckpt], 3,
+                     {"n0": p["n0"], "n": p["n"], "skip": p["skip"], "max": p.get("max") or None, "start": 0}))
     return sorted(steps.values(), key=lambda s: s.stage)
 
 
@@ -161,23 +190,40 @@ def done(step: Step) -> bool:
         return False
 
 
-def run_steps(steps: Sequence[Step], jobs: int, logs: Path, log: Callable[[str], None] = print) -> None:
-    """Run ``steps`` (in order, or ``jobs`` at a time as their inputs are ready, each in its own
-    process with its log in ``logs``); the first failure stops new steps and is raised."""
+#: how a step runs: its ``rsmooth`` arguments -> its exit status (the CLI hands its ``main``)
+RunStep = Callable[[List[str]], int]
+
+
+def run_steps(steps: Sequence[Step], jobs: int, logs: Path, log: Callable[[str], None] = print,
+              run_step: Optional[RunStep] = None) -> None:
+    """Run ``steps`` (in order, each through ``run_step``, by default :func:`run_in_subprocess`; or
+    ``jobs`` at a time as their inputs are ready, each in its own process with its log in ``logs``);
+    the first failure stops new steps and is raised."""
     todo = [s for s in steps if not done(s)]
     log(f"{len(steps) - len(todo)} of {len(steps)} steps already done")
     if jobs == 1:
-        from ..cli import main
-
         for k, s in enumerate(todo, 1):
             log(f"== [{k}/{len(todo)}] {s.title}")
-            code = main(s.argv)
+            code = (run_step or run_in_subprocess)(s.argv)
             if code in (130, 143):  # Ctrl-C / SIGTERM: the step stopped cleanly; so does the reproduction
                 raise KeyboardInterrupt
             if code != 0:
                 raise RsmoothError(f"step '{s.title}' failed (see above); fix it and rerun the same command to continue")
         return
     _run_parallel(todo, jobs, logs, log)
+
+
+def run_in_subprocess(argv: List[str]) -> int:
+    """Run one step as ``python -m rsmooth ARGV`` in a process of its own (killed if this one dies),
+    its output on ours, and return its exit status; on Ctrl-C (which reaches it too) wait for it to
+    stop cleanly.  ``rsmooth reproduce`` runs its steps in its own process instead (the CLI hands
+    its ``main`` as ``run_step``)."""
+    proc = subprocess.Popen([sys.executable, "-m", "rsmooth", *argv],
+                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    try:
+        return proc.wait()
+    finally:
+        proc.wait()
 
 
 def _child_env(jobs: int) -> Dict[str, str]:

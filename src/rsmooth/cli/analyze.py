@@ -1,0 +1,91 @@
+"""``rsmooth analyze``: tables and plots of certify files or corruption folders
+(:func:`rsmooth.report.analyze`, :func:`rsmooth.report.corruption_tables`)."""
+from __future__ import annotations
+
+import argparse
+
+from ..errors import RsmoothError
+from .flags import UNITS
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    a = sub.add_parser("analyze", help="ACR and certified accuracy tables and plots",
+                       description="Tables in the papers' layout (rows = result files, columns = ACR "
+                       "then certified accuracy in % at each radius). " + UNITS)
+    a.add_argument("results", nargs="*", help="certify TSV files (rsmooth's or any public codebase's)")
+    a.add_argument("--corruptions", nargs="+", metavar="FOLDER",
+                   help="instead of files: one folder per model of 'rsmooth certify --corruption all' results; "
+                   "prints the corruption tables of Jeong, Kim, Shin 2023 (CAT-RS, arXiv 2212.09000): ACR and "
+                   "certified accuracy at r = 0 per severity with their means over the benchmark's corruptions, "
+                   "mACR and mAcc (Table 13), and per corruption for each severity (Tables 14-23), or per "
+                   "corruption without severities as MNIST-C (Tables 24-25)")
+    a.add_argument("--severity", help="with --corruptions: only this severity's tables (default: all)")
+    a.add_argument("--paper", metavar="TABLE",
+                   help="with certify files: a paper table (e.g. catrs:table4 = Jeong, Kim, Shin 2023, CAT-RS, "
+                   "arXiv 2212.09000, Table 4, Fashion-MNIST) whose published ACR and certified accuracy follow "
+                   "our rows: the rows that match a file's dataset, sigma and method, and its hyperparameters where "
+                   "its metadata records them (the whole table, marked for reference, when none does); 'list' "
+                   "lists the tables. With --corruptions: auto (default: the paper's numbers beside ours when the dataset, sigma and "
+                   "method match), always (marked not comparable when they do not) or never")
+    a.add_argument("--radii", type=float, nargs="+", help="radii for the columns (default: 0 to the largest radius, step 0.25)")
+    a.add_argument("--format", default="markdown", choices=["markdown", "latex", "csv"], help="table format")
+    a.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    a.add_argument("--plot", help="write a plot of certified accuracy against radius; the extension "
+                   "picks the format: .png, .pdf or .svg (png without one)")
+    a.add_argument("--labels", nargs="+", help="one label per file or --corruptions folder (default: the file "
+                   "names, or the run folders when the names repeat, as runs/*/certify.tsv; for folders the "
+                   "training method)")
+    a.add_argument("--ci", action="store_true",
+                   help="honest accuracy figures: each certified accuracy with its exact two-sided Clopper-Pearson "
+                   "interval over the test sample (the sampling of test examples, not each certificate's Monte-Carlo "
+                   "error) and Cohen et al.'s high-probability lower bound, which discounts the wrong certificates "
+                   "(at most the quantile of Binomial(m, alpha) of them; Cohen, Rosenfeld, Kolter 2019, arXiv "
+                   "1902.02918, Sec. 3.2 and 4); CSV gets columns acc@r_lo, acc@r_hi, acc@r_hp, --json the numbers, "
+                   "--plot error bars; notes under the table say what each means")
+    a.add_argument("--ci-level", type=float, metavar="LEVEL",
+                   help="with --ci: the confidence level of both (default: 0.95)")
+    a.add_argument("--alpha", type=float,
+                   help="with --ci: the certificates' alpha for files without a sidecar JSON that records it "
+                   "(public codebases' TSVs; their standard protocol: 0.001); without it such files get no "
+                   "high-probability bound")
+    a.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> None:
+    from ..report import analyze, corruption_tables
+    from ..report.corruptions import PAPER_MODES
+    from ..report.paper import PAPER_TABLES, check_table_id, list_tables
+
+    if args.paper == "list":
+        print(list_tables())
+        return
+    if args.corruptions and args.paper not in (None, *PAPER_MODES):
+        raise RsmoothError(f"--paper {args.paper}: with --corruptions choose one of {', '.join(PAPER_MODES)}")
+    if not args.corruptions and args.paper in PAPER_MODES:
+        raise RsmoothError(f"--paper {args.paper} goes with --corruptions FOLDER...; for certify files give a "
+                           f"table: {', '.join(PAPER_TABLES)}")
+    if not args.corruptions and args.paper is not None:
+        try:
+            check_table_id(args.paper)
+        except RsmoothError:
+            raise RsmoothError(f"--paper {args.paper}: unknown table; choose one of {', '.join(PAPER_TABLES)} "
+                               f"('--paper list' describes them)") from None
+    if not args.ci and (args.ci_level is not None or args.alpha is not None):
+        raise RsmoothError(f"{'--ci-level' if args.ci_level is not None else '--alpha'} goes with --ci")
+    if args.corruptions:
+        if args.ci:
+            raise RsmoothError("--ci goes with certify files, not --corruptions folders")
+        if args.results or args.radii or args.plot:
+            raise RsmoothError("--corruptions takes folders of corruption results and prints their tables; "
+                               "give certify files (with --radii, --plot) in another 'rsmooth analyze' call")
+        print(corruption_tables(args.corruptions, labels=args.labels, fmt=args.format, severity=args.severity,
+                                as_json=args.json, paper=args.paper or "auto"))
+        return
+    if not args.results:
+        raise RsmoothError("analyze needs certify TSV files, or --corruptions FOLDER... for corruption results")
+    if args.severity is not None:
+        raise RsmoothError("--severity goes with --corruptions FOLDER...")
+
+    ci = (args.ci_level if args.ci_level is not None else True) if args.ci else None
+    print(analyze(args.results, radii=args.radii, fmt=args.format, labels=args.labels,
+                  plot=args.plot, as_json=args.json, paper=args.paper, ci=ci, alpha=args.alpha))

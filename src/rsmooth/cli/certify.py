@@ -1,0 +1,122 @@
+"""``rsmooth certify`` and ``rsmooth predict`` (one parser each, the same flags but --n0 and the
+sequential modes): :func:`rsmooth.engine.run_certification`, or one run per corruption file."""
+from __future__ import annotations
+
+import argparse
+from typing import Any, Dict
+
+from ..errors import RsmoothError
+from .flags import (DEFAULT_N, TRUST_PICKLE, UNITS, add_arch_flags, add_certify_options, add_common_data,
+                    add_corruption_flags, add_foreign_flags, add_heartbeat_flag, add_sequential_flags,
+                    add_trust_code_flag, batch_help, integer, model_options)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    for name, helptext in (("certify", "CERTIFY: certified radius of each test example"),
+                           ("predict", "PREDICT: smoothed prediction of each test example")):
+        _add_mode(sub, name, helptext)
+
+
+def _add_mode(sub: argparse._SubParsersAction, name: str, helptext: str) -> None:
+    from ..data import DATASETS
+
+    c = sub.add_parser(name, help=helptext, description=helptext + " (Cohen, Rosenfeld, Kolter "
+                       "2019, Certified Adversarial Robustness via Randomized Smoothing, arXiv 1902.02918). "
+                       "Writes a TSV (idx label predict radius correct time) row by row and a "
+                       "sidecar OUT.json with the run's settings; rerunning continues an "
+                       "interrupted run. " + UNITS)
+    c.add_argument("--checkpoint", required=True, help="OUT/checkpoint.pt of 'rsmooth train' "
+                   "(or its folder), or a public Cohen/Salman/Jeong/MACER checkpoint with --dataset")
+    c.add_argument("--dataset", choices=DATASETS.names(), help="default: the checkpoint's")
+    c.add_argument("--split", default="test", choices=["test", "train"], help="default: test")
+    c.add_argument("--sigma", type=float, help="noise level, std in [0,1] pixel units (default: the checkpoint's)")
+    c.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE)
+    add_trust_code_flag(c)
+    add_certify_options(c, name)
+    c.add_argument("--batch-size", type=integer, help=batch_help())
+    c.add_argument("--seed", type=int, default=0,
+                   help="noise seed; example i uses a stream derived from (seed, i) (default: 0)")
+    c.add_argument("--compile", action="store_true", help="compile the noisy forward pass (torch.export + inductor with frozen weights; seconds to start, then faster; recorded in OUT.json)")
+    c.add_argument("--out", required=True, help="output TSV")
+    c.add_argument("--overwrite", action="store_true", help="replace --out instead of continuing it")
+    add_heartbeat_flag(c)
+    c.add_argument("--shard", metavar="I/K",
+                   help="one of K independent jobs (a SLURM array, spot machines): certify every K-th "
+                   "example of the subset from position I (I = 0..K-1) into OUT with .shard-I-of-K before "
+                   "its suffix (certify.tsv -> certify.shard-0-of-4.tsv); rerun to continue it, then "
+                   "'rsmooth merge OUT' joins the K shards into the file one job writes. Under torchrun "
+                   "each rank takes shard RANK/WORLD_SIZE and rank 0 merges by itself (default: none, one "
+                   "job certifies the whole subset)")
+    if name == "certify":
+        add_sequential_flags(c)
+    add_corruption_flags(c)
+    add_arch_flags(c, train=False)
+    add_common_data(c)
+    add_foreign_flags(c)
+    c.set_defaults(func=run, mode=name)
+
+
+def _sequential_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """The mode and keywords of --sequential/--adaptive for run_certification; one-line errors
+    for a flag without the mode it belongs to."""
+    seq, adaptive = getattr(args, "sequential", False), getattr(args, "adaptive", False)
+    if seq and adaptive:
+        raise RsmoothError("--sequential and --adaptive exclude each other: decide given --radii, or estimate "
+                           "each radius to --radius-tol")
+    if not (seq or adaptive):
+        for flag in ("--radii", "--n-max", "--radius-tol", "--futility"):
+            if getattr(args, flag[2:].replace("-", "_"), None) is not None:
+                raise RsmoothError(f"{flag} goes with --sequential or --adaptive; add one of them or drop {flag}")
+        return {"mode": args.mode, "n": DEFAULT_N if args.n is None else args.n}
+    if adaptive and args.radii is not None:
+        raise RsmoothError("--radii goes with --sequential; --adaptive estimates each radius (drop --radii)")
+    if seq and args.radius_tol is not None:
+        raise RsmoothError("--radius-tol goes with --adaptive; --sequential decides the given --radii")
+    if args.n is not None:
+        raise RsmoothError(f"--n goes with fixed-sample certification; --{'sequential' if seq else 'adaptive'} draws "
+                           f"samples until it can stop, at most --n-max (default 100000): pass --n-max {args.n} "
+                           f"instead of --n")
+    if seq and args.radii is None:
+        raise RsmoothError("--sequential needs the radii to decide: add --radii R [R ...] (e.g. --radii 0.25 0.5 0.75)")
+    out: Dict[str, Any] = {"mode": "sequential" if seq else "adaptive", "radii": args.radii}
+    for key in ("n_max", "radius_tol", "futility"):
+        if getattr(args, key) is not None:
+            out[key] = getattr(args, key)
+    return out
+
+
+def run(args: argparse.Namespace) -> None:
+    """Certify (or predict) --checkpoint on the test set, or on each corruption asked for."""
+    from ..data import published_release
+    from ..engine import certify_corruptions, corruption_plan, load_model, run_certification
+    from ..engine.distributed import world
+
+    kwargs = dict(**_sequential_options(args), dataset=args.dataset, split=args.split,
+                  sigma=args.sigma, n0=getattr(args, "n0", 100), alpha=args.alpha,
+                  batch_size=args.batch_size, start=args.start, skip=args.skip, max=args.max, shard=args.shard,
+                  seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
+                  data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
+                  trust_pickle=args.trust_pickle, trust_code=args.trust_code, model_options=model_options(args),
+                  heartbeat=args.heartbeat)
+    dataset = args.dataset
+    if args.corruption is None and args.severity is None and (
+            dataset is None or not published_release(dataset)):
+        if args.corruption_suite is not None:
+            raise RsmoothError("--corruption-suite without --corruption: name the corruption(s) as well")
+        out = run_certification(args.checkpoint, args.out, **kwargs)
+    else:
+        if dataset is None:
+            dataset = load_model(args.checkpoint, trust_pickle=args.trust_pickle, trust_code=args.trust_code,
+                                 **model_options(args)).dataset
+            kwargs["dataset"] = dataset
+        plan = corruption_plan(dataset, args.corruption or "all", args.severity, args.corruption_suite,
+                               log=lambda _: None)
+        common = dict(corruption_seed=args.corruption_seed, corruption_suite=args.corruption_suite, **kwargs)
+        if len(plan) == 1 and args.out.endswith(".tsv"):
+            out = run_certification(args.checkpoint, args.out, corruption=plan[0].corruption,
+                                    severity=plan[0].severity, **common)
+        else:
+            out = certify_corruptions(args.checkpoint, args.out, corruptions=args.corruption or "all",
+                                      severities=args.severity, **common)
+    if world().main:
+        print(f"results: {out}{world().note}")

@@ -1,0 +1,318 @@
+"""The flag groups the subcommands share: data and device, architecture, certification,
+sequential certification, corruptions, method hyperparameters, trust, heartbeat, and the reference
+scripts' spellings (refused, naming rsmooth's flag); plus :class:`Parser` (one-line errors, no
+abbreviations) and the value types.  A flag two subcommands have is defined here once.
+
+Units: sigma and radii are l2 distances in [0, 1] pixel units (images scaled to [0, 1] before
+normalisation), as in every randomized-smoothing paper.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from typing import Any, Dict, List
+
+from ..errors import RsmoothError
+
+UNITS = ("sigma and radii are l2 distances in [0,1] pixel units: images are scaled to [0,1] "
+         "and the noise is added before normalisation (e.g. sigma 0.25, 0.5, 1.0).")
+TRUST_PICKLE = ("load a checkpoint that pickles Python objects beyond tensors and argparse.Namespace "
+                "(refused by default, naming the object): unpickling can run arbitrary code; only for "
+                "files you trust")
+TRUST_CODE = ("build the package.module:factory architecture that a checkpoint, run folder or denoiser run "
+              "names (refused by default, naming it): importing and calling it runs its code; only for files "
+              "you trust. Built-in architectures and installed rsmooth.models entry points need no flag, and "
+              "--arch with the same name opts in for that one")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (the problem and where to read more, no usage dump) and no
+    abbreviated flags: a prefix such as ``--batch`` could silently match another flag."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def integer(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    return v
+
+
+#: the reference scripts' spellings (Cohen et al.'s code and the method codebases built on it:
+#: SmoothAdv, Consistency, MACER, SmoothMix, CAT-RS) -> rsmooth's flag; each is refused with a
+#: message naming rsmooth's flag (one spelling per concept), on the commands that have that flag
+FOREIGN_FLAGS: Dict[str, str] = {
+    "--noise_sd": "--sigma", "--noise-sd": "--sigma",
+    "--N": "--n", "--N0": "--n0",
+    "--batch": "--batch-size", "--batch_size": "--batch-size",
+    "--lr_step_size": "--lr-step", "--lr-step-size": "--lr-step", "--learning-rate": "--lr",
+    "--wd": "--weight-decay",
+    "--gamma": "--lr-gamma",
+    "--epsilon": "--eps",
+    "--num-noise-vec": "--num-noise", "--gauss_num": "--num-noise",
+    "--margin": "--macer-gamma",
+    "--alpha": "--alpha-step",
+    "--maxnorm": "--eps", "--maxnorm_s": "--mix-eps", "--mix_step": "--mix-step",
+    "--confidence_mask": "--confidence-mask",
+    "--outfile": "--out", "--outdir": "--out",
+}
+#: what the message adds where the meaning differs
+_FOREIGN_NOTES = {
+    "--gamma": "for the learning-rate decay of Cohen's and the CAT-RS scripts; MACER's hinge "
+               "threshold is --macer-gamma, Stability's weight --stability-gamma",
+    "--epsilon": "an l2 radius in [0,1] pixel units, where the scripts count 1/256 units",
+    "--alpha": "SmoothMix's attack step; on certify and predict --alpha is the failure probability",
+}
+
+
+class ForeignFlag(argparse.Action):
+    """A reference script's spelling of a flag: refuse it, naming rsmooth's flag."""
+
+    def __init__(self, option_strings: List[str], dest: str, ours: str) -> None:
+        super().__init__(option_strings, argparse.SUPPRESS, nargs="?", help=argparse.SUPPRESS)
+        self.ours = ours
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        flag = option_string or self.option_strings[0]
+        note = _FOREIGN_NOTES.get(flag)
+        message = f"{flag} is {self.ours} in rsmooth" + (f" ({note})" if note else "")
+        if flag == "--epsilon" and values is not None:
+            try:
+                message += f": --epsilon {values} is --eps {float(values) / 256:g}"
+            except ValueError:
+                pass
+        parser.error(message)
+
+
+def add_foreign_flags(p: argparse.ArgumentParser) -> None:
+    """Teach ``p`` the reference scripts' spellings of the flags it has (see FOREIGN_FLAGS)."""
+    have = p._option_string_actions
+    for theirs, ours in FOREIGN_FLAGS.items():
+        if ours in have and theirs not in have:
+            p.add_argument(theirs, action=ForeignFlag, ours=ours)
+
+
+
+def _dest(flag: str) -> str:
+    return "hp_" + flag[2:].replace("-", "_")
+
+
+def _field_type(f: dataclasses.Field):
+    t = f.type if not isinstance(f.type, str) else {"int": int, "float": float, "bool": bool,
+                                                     "str": str}.get(f.type.split("[")[0], str)
+    origin = typing.get_origin(t)
+    if origin is typing.Union:
+        t = next(a for a in typing.get_args(t) if a is not type(None))
+    return t
+
+
+def _json_object(text: str) -> Dict[str, Any]:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"width\": 64}}', got {text!r} ({e})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"width\": 64}}', got {text!r}")
+    return value
+
+
+#: the architecture flags -> keyword arguments of create_model / load_model
+ARCH_FIELDS = ("arch", "arch_kwargs", "num_classes", "input_size", "mean", "std")
+
+
+def add_arch_flags(p: argparse.ArgumentParser, train: bool) -> None:
+    """--arch and how to build it: on train, the model of the run (recorded in its folder); on
+    certify, predict and targets, the model of a checkpoint that does not record it."""
+    g = p.add_argument_group(
+        "architecture", "NAME ('rsmooth list architectures', or an entry point of group rsmooth.models), or "
+        "package.module:factory: any importable callable returning an nn.Module (importing it runs that "
+        "module's code), called with --arch-kwargs, plus num_classes and input_size when its signature "
+        "names them. " + ("The run folder records all of it, so certify needs none of these flags "
+                          "(but --arch or --trust-code for a module:factory)" if train else
+                          "A run folder of 'rsmooth train' records these; a module:factory it names is "
+                          "built only with --arch naming it again or --trust-code"))
+    g.add_argument("--arch", metavar="NAME|MODULE:FACTORY",
+                   help="default: " + ("the dataset's usual architecture" if train else "the checkpoint's"))
+    g.add_argument("--arch-kwargs", type=_json_object, metavar="JSON",
+                   help="keyword arguments of a module:factory, a JSON object, e.g. '{\"width\": 64}' "
+                   "(default: none)")
+    g.add_argument("--num-classes", type=integer, help="number of logits (default: the dataset's classes)")
+    if train:
+        g.add_argument("--input-size", type=integer, nargs=3, metavar=("C", "H", "W"),
+                       help="input shape passed to a factory that takes input_size (default and only "
+                       "choice: the dataset's; images are not resized)")
+    g.add_argument("--mean", type=float, nargs="+", metavar="M",
+                   help="per-channel mean in [0,1] pixel units: the model gets (x - mean) / std, for nets "
+                   "trained on normalised images; sigma stays in pixel units (default: the dataset's "
+                   "for built-in architectures, none for a module:factory, which then gets [0,1] pixels)")
+    g.add_argument("--std", type=float, nargs="+", metavar="S",
+                   help="per-channel std in [0,1] pixel units, with --mean (default: as for --mean)")
+
+
+def add_trust_code_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trust-code", action="store_true", help=TRUST_CODE)
+
+
+def model_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """The architecture flags given on certify, predict or targets, as load_model's keywords."""
+    return {k: getattr(args, k) for k in ARCH_FIELDS if getattr(args, k, None) is not None}
+
+
+def trainable_datasets() -> List[str]:
+    """The datasets one trains on: the published corrupted test sets (cifar10-c, ...) are certified
+    on, never trained on."""
+    from ..data import DATASETS, published_release
+
+    return [n for n in DATASETS.names() if not published_release(n)]
+
+
+def add_common_data(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", help="where datasets live or are downloaded to "
+                   "(default: $RSMOOTH_DATA, then ~/.cache/rsmooth/data)")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
+
+
+def batch_help() -> str:
+    from ..smoothing import DEFAULT_BATCH_SIZE
+
+    return (f"noisy samples per forward pass (default: {DEFAULT_BATCH_SIZE}, within ~15%% of the best on CPU for "
+            f"LeNet and ResNet-20, see BENCHMARKS.md; a GPU may want more)")
+
+
+#: --n when not given (certify leaves it None, to refuse it with --sequential/--adaptive)
+DEFAULT_N = 100_000
+
+
+def add_certify_options(p: argparse.ArgumentParser, mode: str) -> None:
+    """The certification flags shared by certify, predict and pipeline."""
+    if mode == "certify":
+        p.add_argument("--n0", type=integer, default=100, help="samples to select the class (default: 100)")
+    p.add_argument("--n", type=integer, default=DEFAULT_N,
+                   help=f"Monte Carlo samples to {'vote' if mode == 'predict' else 'estimate the bound'} "
+                   "(default: 100000)")
+    p.add_argument("--alpha", type=float, default=0.001, help="failure probability in (0, 1) (default: 0.001)")
+    p.add_argument("--start", type=integer, default=0,
+                   help="index of the first test example (as the CAT-RS and MACER scripts' --start; default: 0); "
+                   "with --skip and --max the examples are start, start+skip, ..., at most max of them")
+    p.add_argument("--skip", type=integer, default=1,
+                   help="use every skip-th test example (Cohen: 20 for CIFAR-10, 100 for ImageNet; default: 1)")
+    p.add_argument("--max", type=integer, help="certify at most this many examples (default: all)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                   help="bf16: weights and noisy inputs in bfloat16 (faster on AMX CPUs; recorded in OUT.json); "
+                   "default: fp32")
+    p.add_argument("--channels-last", action="store_true", help="channels-last memory format (faster convolutions on CPU)")
+
+
+def add_sequential_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "sequential certification", "draw samples in growing batches until the answer is known, bounding p_A "
+        "with anytime-valid confidence sequences (Robbins' one-sided Beta-binomial mixtures; Howard, Ramdas, "
+        "McAuliffe, Sekhon 2021, arXiv 1810.08240), which hold at every sample size at once and so stay valid "
+        "when the data choose when to stop (Voracek 2024, arXiv 2406.17830). The lower bound certifies "
+        "(--alpha covers every radius and every stop at once); an upper bound at level --futility stops work "
+        "on radii that its lower bound would not certify with --n-max samples (fixed certify --n N_MAX, "
+        "whose bound is about 1.5x tighter, certifies some of them: see the README). OUT keeps its columns (radius: the certified "
+        "radius, 0 with predict -1 when none); each example's samples (n0 + n), bounds and decisions go to "
+        "OUT.seq (tab-separated; runs of earlier versions wrote OUT.seq.tsv, renamed when resumed)")
+    g.add_argument("--sequential", action="store_true",
+                   help="decide robustness at each of --radii: robust at r once the lower bound on p_A "
+                   "exceeds Phi(r/sigma), no once the upper bound is at most Phi(r/sigma), cap once even the "
+                   "lower bound projected to n_max samples is; OUT's radius is the largest robust radius")
+    g.add_argument("--adaptive", action="store_true",
+                   help="estimate each radius, stopping once the samples up to --n-max could not raise it by "
+                   "more than --radius-tol; the radius is sigma * Phi^-1(lower bound), abstaining when "
+                   "that bound is <= 1/2. Certificate: with probability >= 1 - alpha the radius is at most "
+                   "sigma * Phi^-1(p_A), the radius of Cohen, Rosenfeld, Kolter 2019 (arXiv 1902.02918) with p_A "
+                   "known exactly, whatever the stop")
+    g.add_argument("--radii", type=float, nargs="+", metavar="R",
+                   help="with --sequential: the l2 radii to decide, in [0,1] pixel units (e.g. 0.25 0.5 0.75; "
+                   "add 0 for the accuracy of the smoothed classifier; required with --sequential)")
+    g.add_argument("--n-max", type=integer,
+                   help="with --sequential or --adaptive: cap on the estimation samples per example "
+                   "(default: 100000)")
+    g.add_argument("--radius-tol", type=float,
+                   help="with --adaptive: l2 radius (in [0,1] pixel units) that the samples up to --n-max may "
+                   "still add at the stop (default: 0.05; inf: stop at the first look)")
+    g.add_argument("--futility", type=float, metavar="BETA",
+                   help="with --sequential or --adaptive: level of the upper bound that gives up radii (or radius "
+                   "gains) its lower bound would not reach with --n-max samples; the chance of giving up one it "
+                   "would reach is at most 2 * BETA. Never affects a certificate's validity (default: 0.05; below 1/e)")
+    p.set_defaults(n=None)  # an --n given is told from the default: these modes draw up to --n-max
+
+
+def add_heartbeat_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--heartbeat", type=float, metavar="SECONDS",
+                   help="where no progress bar is drawn (a log file, a SLURM job): a progress line (done/total, "
+                   "rate, samples/s, eta) every SECONDS, the first after at most 10 s; 0: none (default: "
+                   "$RSMOOTH_HEARTBEAT or 60)")
+
+
+
+def add_corruption_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "corruptions", "certify a corrupted test set: the published CIFAR-10-C, CIFAR-100-C (Hendrycks & "
+        "Dietterich 2019, arXiv 1903.12261) or MNIST-C (Mu & Gilmer 2019, arXiv 1906.02337) with --dataset "
+        "cifar10-c|cifar100-c|mnist-c, or corruptions generated on the fly for any other dataset. More than "
+        "one (corruption, severity) makes --out a folder of TSVs, FOLDER/<corruption>-s<severity>.tsv, for "
+        "'rsmooth analyze --corruptions FOLDER' (the mACR tables of Jeong, Kim, Shin 2023, CAT-RS, arXiv "
+        "2212.09000, App. H-I)")
+    g.add_argument("--corruption", metavar="NAME[,NAME...]|all|held-out",
+                   help="corruption file name(s) as published (fog, shot_noise, ...), 'all' (the benchmark's 15) "
+                   "or 'held-out' (CIFAR-10-C's 4 validation corruptions); 'rsmooth list corruptions' lists them "
+                   "(default: none, the clean test set; 'all' for a published corrupted --dataset and for "
+                   "preview-corruptions)")
+    g.add_argument("--severity", metavar="S[,S...]|all",
+                   help="level 1-5 (CIFAR-C); default 'all': 1-5 for CIFAR-C, the published level for "
+                   "MNIST-C, which has one per corruption")
+    g.add_argument("--corruption-seed", type=integer, default=0,
+                   help="seed of generated corruptions: image i is corrupted from (seed, corruption, severity, i) "
+                   "(default: 0)")
+    g.add_argument("--corruption-suite", choices=["mnist-c", "cifar10-c"],
+                   help="whose definitions generate the corruptions (default: mnist-c for grey images, "
+                   "cifar10-c for colour ones)")
+
+
+def add_method_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("method hyperparameters (defaults are per method; a preset may set them)")
+    from ..engine.runconfig import method_flags
+
+    for flag, uses in sorted(method_flags().items()):
+        first = uses[0][1]
+        ftype = _field_type(first)
+        texts: Dict[str, List[str]] = {}  # one entry per distinct (help, default)
+        for m, f in uses:
+            texts.setdefault(f"{f.metadata.get('help', '')} (default: {f.default})", []).append(m)
+        help_text = "; ".join(f"{', '.join(ms)}: {t}" for t, ms in texts.items())
+        choices = list(dict.fromkeys(c for _, f in uses for c in f.metadata.get("choices", ())))
+        if ftype is bool:
+            kw: Dict[str, Any] = dict(action=argparse.BooleanOptionalAction)
+        else:
+            kw = dict(type=ftype, choices=choices or None, metavar=None if choices else first.name.upper())
+        g.add_argument(flag, dest=_dest(flag), default=None, help=help_text.replace("%", "%%"), **kw)
+
+
+def method_args(args: argparse.Namespace, method: str) -> Dict[str, Any]:
+    """The method hyperparameters given as flags, by field name; a flag of another method is an error."""
+    from ..engine.runconfig import method_flags
+
+    out: Dict[str, Any] = {}
+    for flag, uses in method_flags().items():
+        value = getattr(args, _dest(flag), None)
+        if value is None:
+            continue
+        users = [m for m, _ in uses]
+        if method not in users:
+            raise RsmoothError(f"{flag} is a hyperparameter of {', '.join(users)}, not of {method}; "
+                               f"drop it or pick one of those methods")
+        out[dict(uses)[method].name] = value
+    return out
