@@ -1,5 +1,12 @@
 """The certification driver: CERTIFY, PREDICT or sequential certification over a test subset.
 
+A certification is a :class:`CertifyJob`, every setting checked once; :func:`run_certification`
+takes them as keywords.  ``job.run()`` resolves it (:func:`resolve`: this process's place and
+shard, device, model, sigma, data, examples, the identity metadata) and runs it on one of three
+paths: one process, one shard, or the ranks of a ``torchrun`` job and rank 0's merge.  Every path
+writes its rows with :func:`_certify_into`, and each example's work, in every mode, is
+:meth:`Resolved.certify_one`.
+
 Each example's noise comes from a generator seeded by ``(seed, idx)``, so results do not
 depend on the order, on interruptions or on how the work is split: a killed run resumes
 where it stopped (rows already in the TSV are skipped) and gives the same file, and shards
@@ -13,8 +20,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 
 from ..errors import RsmoothError, check
@@ -23,20 +31,132 @@ from ..metrics import (CertifyWriter, acr, certified_accuracy, read_certify_tsv,
                        write_sidecar)
 from ..metrics.certify_io import TSV_HEADER
 from ..paths import check_output_file
-from ..smoothing import Smooth, max_certifiable_radius, validate_alpha, validate_count, validate_sigma
-from ..smoothing.sequential import (CONFIDENCE_SEQUENCE, FUTILITY, largest_radius, validate_futility,
-                                    validate_radii, validate_radius_tol, validate_sequential_alpha)
+from ..smoothing import (DEFAULT_BATCH_SIZE, Smooth, max_certifiable_radius, validate_alpha, validate_count,
+                         validate_precision, validate_sigma)
+from ..smoothing.sequential import (CONFIDENCE_SEQUENCE, FUTILITY, SequentialCertificate, largest_radius,
+                                    validate_futility, validate_radii, validate_radius_tol,
+                                    validate_sequential_alpha)
 from . import distributed
-from .checkpoint import (file_sha256, git_commit, load_model, resolve_checkpoint_path, resolve_device,
-                         versions)
+from .checkpoint import (LoadedModel, file_sha256, git_commit, load_model, resolve_checkpoint_path,
+                         resolve_device, versions)
 from .seeding import generator, validate_seed
 from .seqfile import SEQUENTIAL_MODES, SeqWriter, adopt_legacy, sequential_path
 from .shards import (CERTIFY, RUN_IDENTITY, clean_merged, identity_diff, lock_path, merge_certify, parse_shard,
                      shard_path, shard_share)
 from ..progress import Heartbeat, emit, heartbeat_interval, progress_bar
 
+if TYPE_CHECKING:
+    import torch
+
+    from ..data import Dataset
+
 #: how long a rank that finished its shard waits for the others, at least
 _MIN_WAIT = datetime.timedelta(minutes=30)
+#: the modes of a certification (the last two sequential: they draw samples until they can stop)
+MODES = ("certify", "predict", *SEQUENTIAL_MODES)
+Shard = Tuple[int, int]
+
+
+@dataclass(frozen=True)
+class CertifyJob:
+    """Every setting of one certification: the keywords of :func:`run_certification` (which says
+    what each does), checked and normalised once, when the job is made; ``dataclasses.replace(job,
+    out=..., corruption=...)`` makes another checked job.  :meth:`run` resolves and runs it."""
+
+    checkpoint: str  # a checkpoint file or a run folder
+    out: str  # the TSV; OUT.json beside it, and OUT.seq in the sequential modes
+    mode: str = "certify"  # one of MODES
+    dataset: Optional[str] = None  # default: the checkpoint's
+    split: str = "test"
+    sigma: Optional[float] = None  # default: the checkpoint's
+    n0: int = 100  # selection samples (predict draws none)
+    n: Optional[int] = 100_000  # estimation samples of certify and predict; None in the sequential modes
+    alpha: float = 0.001
+    radii: Optional[Sequence[float]] = None  # sequential: the radii decided (sorted, each once)
+    n_max: int = 100_000  # sequential modes: the cap on estimation samples
+    radius_tol: Optional[float] = 0.05  # adaptive: the radius tolerance; None in the other modes
+    futility: float = FUTILITY  # sequential modes: the upper bound's level that gives up radii
+    batch_size: Optional[int] = None  # noisy copies per forward pass; None: DEFAULT_BATCH_SIZE
+    start: int = 0  # the subset: split examples start, start + skip, ..., at most max of them
+    skip: int = 1
+    max: Optional[int] = None
+    shard: Optional[Union[str, Sequence[int]]] = None  # "I/K" or (I, K): every K-th subset example from I
+    seed: int = 0  # example i's noise is drawn from (seed, mode, i)
+    precision: str = "fp32"  # the fast modes of Smooth
+    channels_last: bool = False
+    compile: bool = False
+    data_dir: Optional[str] = None
+    device: Optional[str] = None  # default: CUDA when there is one (resolve_device)
+    overwrite: bool = False
+    trust_pickle: bool = False  # how load_model may read the checkpoint and build its model
+    trust_code: bool = False
+    model_options: Optional[Dict[str, Any]] = None  # arch, arch_kwargs, mean, std, num_classes
+    corruption: Optional[str] = None  # one corrupted test set (get_dataset)
+    severity: Optional[int] = None
+    corruption_seed: int = 0
+    corruption_suite: Optional[str] = None
+    progress: bool = True  # a progress bar where one can be drawn
+    log: Callable[[str], None] = print
+    heartbeat: Optional[float] = None  # seconds between progress lines where no bar is drawn
+
+    def __post_init__(self) -> None:
+        for key, value in {**self._checked_sampling(), **self._checked_run()}.items():
+            object.__setattr__(self, key, value)
+
+    def _checked_sampling(self) -> Dict[str, Any]:
+        """The mode, its sample counts, radii and levels, checked in this order (the first error
+        found is the one reported)."""
+        mode = self.mode
+        check(mode in MODES, f"mode must be certify, predict, sequential or adaptive, got {mode!r}")
+        sequential = mode in SEQUENTIAL_MODES
+        v: Dict[str, Any] = {"n": None if sequential else validate_count("n", self.n)}
+        if mode != "predict":
+            v["n0"] = validate_count("n0", self.n0)
+        if mode == "sequential":
+            check(self.radii is not None, "sequential certification needs the radii to decide: --radii 0.25 0.5 0.75")
+            v["radii"] = sorted(set(validate_radii(self.radii)))
+        else:
+            check(self.radii is None,
+                  "--radii goes with --sequential (the radii to decide); drop it or add --sequential")
+        if sequential:
+            n_max = v["n_max"] = validate_count("n_max", self.n_max)
+            n0 = v["n0"]
+            check(n_max >= n0, f"--n-max {n_max} is below --n0 {n0}: it caps the estimation samples, as --n does "
+                               f"for certify (default 100000)")
+            v["futility"] = validate_futility(self.futility)
+        v["radius_tol"] = validate_radius_tol(self.radius_tol) if mode == "adaptive" else None
+        v["alpha"] = validate_sequential_alpha(self.alpha) if sequential else validate_alpha(self.alpha)
+        return v
+
+    def _checked_run(self) -> Dict[str, Any]:
+        """The batch size, subset, shard, seed, heartbeat, sigma and precision, checked in this order."""
+        return {
+            "batch_size": validate_count("batch_size", DEFAULT_BATCH_SIZE if self.batch_size is None
+                                         else self.batch_size),
+            "start": validate_count("start", self.start, minimum=0),
+            "skip": validate_count("skip", self.skip),
+            "max": None if self.max is None else validate_count("max", self.max),
+            "shard": None if self.shard is None else parse_shard(self.shard),
+            "seed": validate_seed(self.seed),
+            "heartbeat": heartbeat_interval(self.heartbeat),
+            "sigma": None if self.sigma is None else validate_sigma(self.sigma),
+            "precision": validate_precision(self.precision).value,
+        }
+
+    @property
+    def sequential(self) -> bool:
+        """Whether the mode draws samples until it can stop (writing OUT.seq)."""
+        return self.mode in SEQUENTIAL_MODES
+
+    def load(self) -> LoadedModel:
+        """The checkpoint's model, built with the job's model options (dataset: the job's, else the
+        checkpoint's)."""
+        return load_model(self.checkpoint, dataset=self.dataset, trust_pickle=self.trust_pickle,
+                          trust_code=self.trust_code, **(self.model_options or {}))
+
+    def run(self) -> Path:
+        """Resolve the job and run it; returns the TSV written (the shard's file for ``--shard``)."""
+        return _run(resolve(self))
 
 
 def run_certification(
@@ -111,124 +231,168 @@ def run_certification(
     Where no progress bar is drawn (a log file), a progress line is logged every ``heartbeat``
     seconds (default ``$RSMOOTH_HEARTBEAT`` or 60; 0: none; :class:`~rsmooth.progress.Heartbeat`),
     and every run ends with a one-line summary of ``out`` (:func:`summary_line`).
+
+    The keywords are the fields of :class:`CertifyJob`: this is ``CertifyJob(...).run()``.
     """
+    return CertifyJob(**locals()).run()  # locals(): exactly the arguments, at the first line
+
+
+@dataclass
+class Resolved:
+    """A job made concrete (:func:`resolve`): this process's place and shard, its device, the
+    smoothed model, the data and the subset's indices, the identity metadata (the sidecar JSON),
+    and where this process logs (only rank 0 of a torchrun job does)."""
+
+    job: CertifyJob
+    world: distributed.World
+    shard: Optional[Shard]
+    device: "torch.device"
+    smooth: Smooth
+    data: "Dataset"
+    indices: List[int]
+    meta: Dict[str, Any]
+    log: Callable[[str], None]
+    progress: bool
+
+    @property
+    def out(self) -> Path:
+        return Path(self.job.out)
+
+    def certify_one(self, i: int) -> Tuple[int, int, float, Optional[SequentialCertificate]]:
+        """(label, prediction, radius, the sequential modes' certificate) of example ``i``: the one
+        place where each mode's work on an example is; its noise is drawn from ``(seed, mode, i)``."""
+        job, smooth = self.job, self.smooth
+        x, label = self.data[i]
+        g = generator(job.seed, job.mode, i, device=self.device)
+        if job.mode == "sequential":
+            cert = smooth.certify_sequential(x, job.n0, job.radii, job.alpha, job.n_max, job.batch_size, g,
+                                             job.futility)
+        elif job.mode == "adaptive":
+            cert = smooth.certify_adaptive(x, job.n0, job.alpha, job.radius_tol, job.n_max, job.batch_size, g,
+                                           job.futility)
+        elif job.mode == "certify":
+            pred, radius = smooth.certify(x, job.n0, job.n, job.alpha, job.batch_size, generator=g)
+            return int(label), pred, radius, None
+        else:
+            return int(label), smooth.predict(x, job.n, job.alpha, job.batch_size, generator=g), 0.0, None
+        return int(label), cert.prediction, cert.radius, cert
+
+    def samples(self, cert: Optional[SequentialCertificate]) -> int:
+        """The noise samples an example drew: n0 + n (certify), n (predict), a certificate's own count."""
+        if cert is not None:
+            return cert.samples
+        return self.job.n + (self.job.n0 if self.job.mode == "certify" else 0)
+
+
+def resolve(job: CertifyJob) -> Resolved:
+    """Make ``job`` concrete, checking on the way that its outputs may be written before the model
+    and the data are read: under ``torchrun`` this rank certifies shard RANK/WORLD_SIZE and only
+    rank 0 logs; sigma is the checkpoint's unless the job gives one (with a warning when it is not
+    the one the model was trained at, and another when the sample budget is too small)."""
     from ..data import certify_indices, get_dataset
-    from ..smoothing import DEFAULT_BATCH_SIZE
 
-    check(mode in ("certify", "predict", *SEQUENTIAL_MODES),
-          f"mode must be certify, predict, sequential or adaptive, got {mode!r}")
-    sequential = mode in SEQUENTIAL_MODES
-    n = None if sequential else validate_count("n", n)
-    if mode != "predict":
-        n0 = validate_count("n0", n0)
-    if mode == "sequential":
-        check(radii is not None, "sequential certification needs the radii to decide: --radii 0.25 0.5 0.75")
-        radii = sorted(set(validate_radii(radii)))
-    else:
-        check(radii is None, "--radii goes with --sequential (the radii to decide); drop it or add --sequential")
-    if sequential:
-        n_max = validate_count("n_max", n_max)
-        check(n_max >= n0, f"--n-max {n_max} is below --n0 {n0}: it caps the estimation samples, as --n does "
-                           f"for certify (default 100000)")
-        futility = validate_futility(futility)
-    radius_tol = validate_radius_tol(radius_tol) if mode == "adaptive" else None
-    alpha = validate_sequential_alpha(alpha) if sequential else validate_alpha(alpha)
-    batch_size = validate_count("batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size)
-    start = validate_count("start", start, minimum=0)
-    skip = validate_count("skip", skip)
-    max = None if max is None else validate_count("max", max)
-    shard = None if shard is None else parse_shard(shard)
-    seed = validate_seed(seed)
-    heartbeat = heartbeat_interval(heartbeat)
-    if sigma is not None:
-        sigma = validate_sigma(sigma)
-    world, shard = distributed.rank_shard(shard, "certifies")
-    if not world.main:
-        progress, log = False, distributed.quiet
-    dev = distributed.rank_device(resolve_device(device), world)
-    _check_out(out, resolve_checkpoint_path(checkpoint), overwrite)
-    if shard is not None:
-        _check_out(str(shard_path(out, shard)), resolve_checkpoint_path(checkpoint), overwrite)
-    loaded = load_model(checkpoint, dataset=dataset, trust_pickle=trust_pickle, trust_code=trust_code,
-                        **(model_options or {}))
-    if sigma is not None and world.main:
-        _warn_other_sigma(loaded, sigma)
-    sigma = validate_sigma(sigma if sigma is not None else _require_sigma(loaded))
-    if mode == "certify":
-        _warn_small_n(n, alpha, sigma, log)
-    elif sequential:
-        _warn_small_n_max(n_max, alpha, sigma, radii, log)
+    world, shard = distributed.rank_shard(job.shard, "certifies")
+    log, progress = (job.log, job.progress) if world.main else (distributed.quiet, False)
+    dev = distributed.rank_device(resolve_device(job.device), world)
+    for out in [job.out] + ([] if shard is None else [str(shard_path(job.out, shard))]):
+        _check_out(out, resolve_checkpoint_path(job.checkpoint), job.overwrite)
+    loaded = job.load()
+    if job.sigma is not None and world.main:
+        _warn_other_sigma(loaded, job.sigma)
+    sigma = validate_sigma(job.sigma if job.sigma is not None else _require_sigma(loaded))
+    if job.mode == "certify":
+        _warn_small_n(job.n, job.alpha, sigma, log)
+    elif job.sequential:
+        _warn_small_n_max(job.n_max, job.alpha, sigma, job.radii, log)
     model = loaded.model.to(dev)
-    data = get_dataset(loaded.dataset, split, data_dir=data_dir, corruption=corruption, severity=severity,
-                       corruption_seed=corruption_seed, corruption_suite=corruption_suite)
-    indices = certify_indices(len(data), skip=skip, max=max, start=start)
-    check(bool(indices), f"--start {start} is past the last {split} example (index {len(data) - 1})")
-    smooth = Smooth(model, loaded.num_classes, sigma, precision=precision,
-                    channels_last=channels_last, compile=compile)
+    data = get_dataset(loaded.dataset, job.split, data_dir=job.data_dir, corruption=job.corruption,
+                       severity=job.severity, corruption_seed=job.corruption_seed,
+                       corruption_suite=job.corruption_suite)
+    indices = certify_indices(len(data), skip=job.skip, max=job.max, start=job.start)
+    check(bool(indices), f"--start {job.start} is past the last {job.split} example (index {len(data) - 1})")
+    smooth = Smooth(model, loaded.num_classes, sigma, precision=job.precision,
+                    channels_last=job.channels_last, compile=job.compile)
+    meta = _identity(job, loaded, data, smooth, indices, dev)
+    return Resolved(job, world, shard, dev, smooth, data, indices, meta, log, progress)
 
-    out_path = Path(out)
-    meta = {
-        "mode": mode, "dataset": loaded.dataset, "corruption": data.corruption, "split": split, "sigma": sigma,
-        "n0": n0 if mode != "predict" else None, "n": n, "alpha": alpha, "batch_size": batch_size,
-        **({"radii": radii, "n_max": n_max, "radius_tol": radius_tol, "futility": futility,
+
+def _identity(job: CertifyJob, loaded: LoadedModel, data: "Dataset", smooth: Smooth, indices: List[int],
+              dev: "torch.device") -> Dict[str, Any]:
+    """The run's metadata, the sidecar JSON's fields in their order: what a resumed run or a shard
+    must share (:data:`~rsmooth.engine.shards.RUN_IDENTITY`) and what describes the run."""
+    return {
+        "mode": job.mode, "dataset": loaded.dataset, "corruption": data.corruption, "split": job.split,
+        "sigma": smooth.sigma, "n0": job.n0 if job.mode != "predict" else None, "n": job.n, "alpha": job.alpha,
+        "batch_size": job.batch_size,
+        **({"radii": job.radii, "n_max": job.n_max, "radius_tol": job.radius_tol, "futility": job.futility,
             "confidence_sequence": CONFIDENCE_SEQUENCE}
-           if sequential else {}),
-        "start": start, "skip": skip, "max": max, "num_examples": len(indices), "seed": seed,
+           if job.sequential else {}),
+        "start": job.start, "skip": job.skip, "max": job.max, "num_examples": len(indices), "seed": job.seed,
         **smooth.mode(), "checkpoint": str(loaded.path), "checkpoint_sha256": file_sha256(loaded.path),
         "arch": loaded.arch, "method": loaded.meta.get("method"),
-        "hparams": (loaded.meta.get("config") or {}).get("hparams"), "data_fingerprint": data.fingerprint(), "device": str(dev),
-        "versions": versions(), "git_commit": git_commit(),
+        "hparams": (loaded.meta.get("config") or {}).get("hparams"), "data_fingerprint": data.fingerprint(),
+        "device": str(dev), "versions": versions(), "git_commit": git_commit(),
         "started": datetime.datetime.now().isoformat(timespec="seconds"),
     }
 
-    def certify_one(i: int):
-        x, label = data[i]
-        g = generator(seed, mode, i, device=dev)
-        if mode == "sequential":
-            cert = smooth.certify_sequential(x, n0, radii, alpha, n_max, batch_size, g, futility)
-            return int(label), cert.prediction, cert.radius, cert
-        if mode == "adaptive":
-            cert = smooth.certify_adaptive(x, n0, alpha, radius_tol, n_max, batch_size, g, futility)
-            return int(label), cert.prediction, cert.radius, cert
-        if mode == "certify":
-            pred, radius = smooth.certify(x, n0, n, alpha, batch_size, generator=g)
-        else:
-            pred, radius = smooth.predict(x, n, alpha, batch_size, generator=g), 0.0
-        return int(label), pred, radius, None
 
-    beat = {"progress": progress, "log": log, "heartbeat": heartbeat}
-    if shard is None:
-        _certify_into(out_path, indices, meta, certify_one, overwrite, **beat)
-        emit(summary_line(out_path), log)
-        return out_path
-    shard_meta = {**meta, "shard": list(shard), "subset_size": len(indices),
-                  "num_examples": len(shard_share(indices, shard))}
-    if world.size == 1:
-        done = _certify_into(shard_path(out_path, shard), shard_share(indices, shard), shard_meta,
-                             certify_one, overwrite, **beat)
-        emit(summary_line(done), log)
-        return done
-    with distributed.process_group(dev, timeout=datetime.timedelta(days=7)):
-        distributed.agree(world, {**{f: meta.get(f) for f in RUN_IDENTITY}, "out": str(out_path),
-                                  "data_fingerprint": meta["data_fingerprint"]})
-        if not overwrite and _finished(out_path, meta):  # rank 0 deletes what a kill in the merge left
+# -- the three paths ------------------------------------------------------------------------
+
+def _run(r: Resolved) -> Path:
+    """Run a resolved job on its path: one process, one shard, or this rank of a torchrun job."""
+    if r.shard is None:
+        return _run_one_process(r)
+    if r.world.size == 1:
+        return _run_shard(r)
+    return _run_ranks(r)
+
+
+def _run_one_process(r: Resolved) -> Path:
+    """The whole subset into OUT."""
+    done = _certify_into(r, r.out, r.indices, r.meta)
+    emit(summary_line(done), r.log)
+    return done
+
+
+def _run_shard(r: Resolved) -> Path:
+    """Shard I/K of the subset into its own file (``OUT`` with ``.shard-I-of-K``), merged later by
+    :func:`~rsmooth.engine.shards.merge_certify`."""
+    done = _certify_into(r, shard_path(r.out, r.shard), shard_share(r.indices, r.shard), _shard_meta(r))
+    emit(summary_line(done), r.log)
+    return done
+
+
+def _run_ranks(r: Resolved) -> Path:
+    """This rank of a torchrun job: the ranks agree on the run, each certifies its shard, they
+    wait for each other and rank 0 merges the shards into OUT; every rank returns once OUT is
+    there.  A finished job run again only tidies up what a kill in the merge left."""
+    world, out, overwrite = r.world, r.out, r.job.overwrite
+    shards = [shard_path(out, (k, world.size)) for k in range(world.size)]
+    shard_meta = _shard_meta(r)
+    with distributed.process_group(r.device, timeout=datetime.timedelta(days=7)):
+        distributed.agree(world, {**{f: r.meta.get(f) for f in RUN_IDENTITY}, "out": str(out),
+                                  "data_fingerprint": r.meta["data_fingerprint"]})
+        if not overwrite and _finished(out, r.meta):  # rank 0 deletes what a kill in the merge left
             if world.main:
-                clean_merged(out_path, CERTIFY, [shard_path(out_path, (r, world.size)) for r in range(world.size)],
-                             log=log)
-                emit(summary_line(out_path), log)
-            return out_path
+                clean_merged(out, CERTIFY, shards, log=r.log)
+                emit(summary_line(out), r.log)
+            return out
         t0 = time.perf_counter()
-        share = shard_share(indices, shard)
-        todo = _certify_into(shard_path(out_path, shard), share, shard_meta, certify_one, overwrite,
-                             count_todo=True, **beat)
+        share = shard_share(r.indices, r.shard)
+        todo = _certify_into(r, shard_path(out, r.shard), share, shard_meta, count_todo=True)
         distributed.barrier(world, "the other ranks' shards",
                             timeout=_wait_for_others(time.perf_counter() - t0, todo, len(share)))
         if world.main:
-            merge_certify(out_path, [shard_path(out_path, (r, world.size)) for r in range(world.size)],
-                          overwrite=overwrite, log=log)
-            emit(summary_line(out_path), log)
+            merge_certify(out, shards, overwrite=overwrite, log=r.log)
+            emit(summary_line(out), r.log)
         distributed.barrier(world, "rank 0's merge")  # every rank returns once OUT is there
-    return out_path
+    return out
+
+
+def _shard_meta(r: Resolved) -> Dict[str, Any]:
+    """The metadata of this shard's file: the run's, with the shard and its share of the subset."""
+    return {**r.meta, "shard": list(r.shard), "subset_size": len(r.indices),
+            "num_examples": len(shard_share(r.indices, r.shard))}
 
 
 def summary_line(out: Union[str, Path]) -> str:
@@ -271,64 +435,70 @@ def _wait_for_others(seconds: float, done_here: int, share: int) -> Optional[dat
     return max(_MIN_WAIT, datetime.timedelta(seconds=3 * seconds / done_here * (share + 1)))
 
 
-
 def _finished(out: Path, meta: dict) -> bool:
     """Whether ``out`` holds a complete run of the same settings (a finished torchrun job rerun);
     an ``out`` of other settings is an error now rather than after the shards are done."""
     old = read_sidecar(out)
     diff = [] if old is None else identity_diff(old, meta)
     if diff:
-        raise RsmoothError(f"{out} holds a run with {diff[0]}={old.get(diff[0])!r}, not {meta.get(diff[0])!r}; "
-                           f"pass --overwrite to replace it or choose another --out")
+        raise _other_run(out, old, meta, diff[0])
     return old is not None and bool(old.get("complete")) and out.exists()
 
 
-def _certify_into(out_path: Path, indices: List[int], meta: dict, certify_one: Callable[[int], Tuple],
-                  overwrite: bool, progress: bool, log: Callable[[str], None], count_todo: bool = False,
-                  heartbeat: Optional[float] = None):
+def _other_run(out: Path, old: dict, meta: dict, key: str) -> RsmoothError:
+    """The error for an ``out`` that holds a run whose ``key`` differs from this one's."""
+    return RsmoothError(f"{out} holds a run with {key}={old.get(key)!r}, not {meta.get(key)!r}; "
+                        f"pass --overwrite to replace it or choose another --out")
+
+
+def _certify_into(r: Resolved, out_path: Path, indices: List[int], meta: dict,
+                  count_todo: bool = False) -> Union[Path, int]:
     """Certify ``indices`` into ``out_path`` (continuing it when it holds the same run) under its
     lock, with a progress bar or heartbeat lines; returns ``out_path``, or the number of examples
     certified here if ``count_todo``."""
-    mode = meta["mode"]
+    sequential = r.job.sequential
     with run_lock(lock_path(out_path), out_path):
         remove_stale_temps(out_path, sidecar_path(out_path), sequential_path(out_path))
-        if mode in SEQUENTIAL_MODES:
+        if sequential:
             adopt_legacy(out_path)  # OUT.seq.tsv of an earlier version
-        resume = out_path.exists() and not overwrite
-        if resume:
-            old = read_sidecar(out_path)
-            if old is None:
-                raise RsmoothError(f"{out_path} exists without its metadata {sidecar_path(out_path)}; "
-                                   f"pass --overwrite to replace it or choose another --out")
-            diff = identity_diff(old, meta) + (["shard"] if old.get("shard") != meta.get("shard") else [])
-            if diff:
-                k = diff[0]
-                raise RsmoothError(f"{out_path} holds a run with {k}={old.get(k)!r}, not {meta.get(k)!r}; "
-                                   f"pass --overwrite to replace it or choose another --out")
-            meta["started"] = old.get("started", meta["started"])
-        write_sidecar(out_path, {**meta, "complete": False})
-
+        resume = _start_sidecar(out_path, meta, r.job.overwrite)
         with CertifyWriter(out_path, resume=resume) as writer, contextlib.ExitStack() as stack:
             seq = (stack.enter_context(SeqWriter(sequential_path(out_path), writer.done_indices))
-                   if mode in SEQUENTIAL_MODES else None)
+                   if sequential else None)
             todo = [i for i in indices if i not in writer.done_indices]
             if resume and writer.done_indices:
-                log(f"continuing {out_path}: {len(indices) - len(todo)} of {len(indices)} examples done")
+                r.log(f"continuing {out_path}: {len(indices) - len(todo)} of {len(indices)} examples done")
             shard = meta.get("shard")
-            desc = _run_name(mode) + ("" if shard is None else f" (shard {shard[0]}/{shard[1]})")
-            beat = Heartbeat(len(indices), desc=desc, done=len(indices) - len(todo), interval=heartbeat,
-                             enabled=progress, log=log)
-            fixed = {"certify": (meta.get("n0") or 0) + (meta.get("n") or 0), "predict": meta.get("n") or 0}
-            for i in progress_bar(todo, desc=mode, enabled=progress):
+            desc = _run_name(r.job.mode) + ("" if shard is None else f" (shard {shard[0]}/{shard[1]})")
+            beat = Heartbeat(len(indices), desc=desc, done=len(indices) - len(todo), interval=r.job.heartbeat,
+                             enabled=r.progress, log=r.log)
+            for i in progress_bar(todo, desc=r.job.mode, enabled=r.progress):
                 t0 = time.perf_counter()
-                label, pred, radius, cert = certify_one(i)
+                label, pred, radius, cert = r.certify_one(i)
                 if seq is not None:  # first, so every row of OUT has its row in OUT.seq
                     seq.write(i, cert)
                 writer.write(i, label, pred, radius, pred == label, time.perf_counter() - t0)
-                beat.update(1, cert.samples if cert is not None else fixed.get(mode, 0))
+                beat.update(1, r.samples(cert))
         meta["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
         write_sidecar(out_path, {**meta, "complete": True})
     return len(todo) if count_todo else out_path
+
+
+def _start_sidecar(out_path: Path, meta: dict, overwrite: bool) -> bool:
+    """Write ``out_path``'s sidecar as incomplete; returns whether the run continues the one there
+    (which must be the same run: it keeps its start time)."""
+    resume = out_path.exists() and not overwrite
+    if resume:
+        old = read_sidecar(out_path)
+        if old is None:
+            raise RsmoothError(f"{out_path} exists without its metadata {sidecar_path(out_path)}; "
+                               f"pass --overwrite to replace it or choose another --out")
+        diff = identity_diff(old, meta) + (["shard"] if old.get("shard") != meta.get("shard") else [])
+        if diff:
+            raise _other_run(out_path, old, meta, diff[0])
+        meta["started"] = old.get("started", meta["started"])
+    write_sidecar(out_path, {**meta, "complete": False})
+    return resume
 
 
 def _check_out(out: str, checkpoint: Path, overwrite: bool) -> None:

@@ -1,7 +1,7 @@
 """Certify a model on every (corruption, severity) of a corruption benchmark, one TSV each.
 
-``certify_corruptions(checkpoint, folder, corruptions="all", severities="all")`` runs
-:func:`~rsmooth.engine.certify.run_certification` once per corrupted test set into
+``certify_corruptions(checkpoint, folder, corruptions="all", severities="all")`` runs one
+:class:`~rsmooth.engine.certify.CertifyJob` per corrupted test set, into
 ``folder/<corruption>-s<severity>.tsv`` (``folder/<corruption>.tsv`` for a corruption without
 levels, as MNIST-C's), so the whole folder resumes, shards and merges file by file, and
 ``rsmooth analyze --corruptions folder`` turns it into the mACR tables of Jeong, Kim, Shin 2023
@@ -14,6 +14,7 @@ gets its corruptions generated (:mod:`rsmooth.data.generated`).
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,32 +126,34 @@ def certify_corruptions(checkpoint: str, out: Union[str, Path], *, corruptions: 
                         **kwargs: Any) -> Path:
     """Certify every item of :func:`corruption_plan` into the folder ``out``; returns ``out``.
 
-    ``kwargs`` go to :func:`~rsmooth.engine.certify.run_certification` (n0, n, alpha, skip,
-    max, seed, shard, corruption_seed, ...), so every file is resumed, sharded and merged as a
-    single certification is.  Under ``torchrun`` all files run in one process group.
-    ``trust_pickle``, ``trust_code`` and ``model_options`` load the checkpoint as there.
+    ``kwargs`` are further :class:`~rsmooth.engine.certify.CertifyJob` settings (the keywords of
+    :func:`~rsmooth.engine.certify.run_certification`: n0, n, alpha, skip, max, seed, shard,
+    corruption_seed, ...), checked once before anything is written; each file is that job with
+    its corruption and file, so it is resumed, sharded and merged as a single certification is.
+    Under ``torchrun`` all files run in one process group.  ``trust_pickle``, ``trust_code`` and
+    ``model_options`` load the checkpoint as there.
     """
-    from .certify import run_certification
-    from .checkpoint import load_model, resolve_device
+    from .certify import CertifyJob
+    from .checkpoint import resolve_device
 
     folder = check_output_dir(out)
-    if dataset is None:
-        dataset = load_model(checkpoint, trust_pickle=trust_pickle, trust_code=trust_code,
-                             **(model_options or {})).dataset
+    job = CertifyJob(checkpoint, str(folder), dataset=dataset, corruption_suite=corruption_suite, device=device,
+                     trust_pickle=trust_pickle, trust_code=trust_code, model_options=model_options, log=log,
+                     **kwargs)
+    if job.dataset is None:
+        job = dataclasses.replace(job, dataset=job.load().dataset)
     w = distributed.world()
     if not w.main:
         log = distributed.quiet
-    plan = corruption_plan(dataset, corruptions, severities, corruption_suite, log)
+    plan = corruption_plan(job.dataset, corruptions, severities, corruption_suite, log)
     folder.mkdir(parents=True, exist_ok=True)
     dev = distributed.rank_device(resolve_device(device), w)
     with distributed.process_group(dev, timeout=datetime.timedelta(days=7)):
         for k, item in enumerate(plan, 1):
             level = "" if item.severity is None else f", severity {item.severity}"
             log(f"[{k}/{len(plan)}] {item.corruption}{level} -> {folder / item.file}")
-            run_certification(checkpoint, str(folder / item.file), dataset=dataset, corruption=item.corruption,
-                              severity=item.severity, corruption_suite=corruption_suite, device=device,
-                              trust_pickle=trust_pickle, trust_code=trust_code, model_options=model_options,
-                              log=log, **kwargs)
+            dataclasses.replace(job, out=str(folder / item.file), corruption=item.corruption,
+                                severity=item.severity).run()
     return folder
 
 

@@ -13,7 +13,6 @@ the first step starts, so a typo fails in a second, not after hours of training.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -21,18 +20,17 @@ from ..errors import RsmoothError, check
 from ..fileio import atomic_write_text
 from ..methods import create_method
 from ..paths import check_output_dir
-from ..smoothing import Precision, validate_alpha, validate_count, validate_sigma
+from ..smoothing import validate_count, validate_sigma
 from . import distributed
-from .certify import run_certification
+from .certify import CertifyJob
 from .checkpoint import resolve_device
-from .seeding import validate_seed
 from .train import TrainConfig, train
 
 #: the noise level of the model whose smoothed predictions are the targets (Jeong et al. 2023 App. C.5)
 SIGMA0 = 0.25
-#: run_certification arguments the pipeline sets itself
-_CERTIFY_SET = ("mode", "dataset", "split", "sigma", "n0", "n", "alpha", "skip", "max", "seed", "log",
-                "overwrite")
+#: CertifyJob fields the pipeline sets itself
+_CERTIFY_SET = ("checkpoint", "out", "mode", "dataset", "split", "sigma", "n0", "n", "alpha", "skip", "max", "seed",
+                "log", "overwrite")
 
 
 def _config(dataset: str, method: str, sigma: float, overrides: Dict[str, Any],
@@ -87,23 +85,18 @@ def run_pipeline(
 
     if method != "catrs":
         raise RsmoothError(f"the pipeline is defined for catrs, got {method!r}")
-    sigma, alpha = validate_sigma(sigma), validate_alpha(alpha)
-    n0, n, skip = validate_count("n0", n0), validate_count("n", n), validate_count("skip", skip)
-    max = None if max is None else validate_count("max", max)
+    sigma = validate_sigma(sigma)
+    copts = dict(certify_options or {})
+    _check_options("certify option", copts, [f.name for f in dataclasses.fields(CertifyJob)
+                                             if f.name not in _CERTIFY_SET])
+    # how every model is certified (each gets its checkpoint and out): checked before any work
+    certify_job = CertifyJob("", "", n0=n0, n=n, alpha=alpha, skip=skip, max=max, seed=seed, log=log, **copts)
     target_samples = validate_count("target_samples", target_samples)
-    seed = validate_seed(seed)
+    seed = certify_job.seed
     overrides = {**(train_overrides or {}), "seed": seed}
     _check_options("training setting", overrides, [f.name for f in dataclasses.fields(TrainConfig)
                                                    if f.name not in ("dataset", "method", "hparams")])
-    copts = dict(certify_options or {})
-    _check_options("certify option", copts, [p.name for p in inspect.signature(run_certification).parameters.values()
-                                             if p.kind is p.KEYWORD_ONLY and p.name not in _CERTIFY_SET])
-    try:
-        Precision(copts.get("precision", "fp32"))
-    except ValueError:
-        raise RsmoothError(f"unknown precision {copts['precision']!r}; choose one of: "
-                           f"{', '.join(p.value for p in Precision)}") from None
-    resolve_device(copts.get("device"))
+    resolve_device(certify_job.device)
     w = distributed.world()
     if not w.main:
         log = distributed.quiet
@@ -121,8 +114,7 @@ def run_pipeline(
 
     def certified(run: Path, label: str) -> None:
         log(f"== certify {run.name}")
-        runs.append(run_certification(str(run), str(run / "certify.tsv"), n0=n0, n=n, alpha=alpha,
-                                      skip=skip, max=max, seed=seed, log=log, **copts))
+        runs.append(dataclasses.replace(certify_job, checkpoint=str(run), out=str(run / "certify.tsv")).run())
         labels.append(label)
 
     # under torchrun one process group serves every step (each step's would reuse stale addresses)

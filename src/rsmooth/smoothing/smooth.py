@@ -57,6 +57,16 @@ class Precision(str, enum.Enum):
     BF16 = "bf16"  #: weights and noisy inputs in bfloat16 (opt-in; AMX on recent CPUs)
 
 
+def validate_precision(precision: str) -> Precision:
+    """``precision`` as a :class:`Precision`, or a one-line error listing the choices."""
+    try:
+        return Precision(precision)
+    except ValueError:
+        raise RsmoothError(
+            f"unknown precision {precision!r}; choose one of: {', '.join(p.value for p in Precision)}"
+        ) from None
+
+
 def _model_device(model: nn.Module) -> torch.device:
     for t in model.parameters():
         return t.device
@@ -200,12 +210,7 @@ class Smooth:
             raise RsmoothError(f"base_classifier must be a torch.nn.Module, got {type(base_classifier).__name__}; "
                                f"wrap a function f in a module whose forward(x) returns f(x)")
         num_classes = validate_count("num_classes", num_classes, minimum=2)
-        try:
-            self.precision = Precision(precision)
-        except ValueError:
-            raise RsmoothError(
-                f"unknown precision {precision!r}; choose one of: {', '.join(p.value for p in Precision)}"
-            ) from None
+        self.precision = validate_precision(precision)
         self.base_classifier = base_classifier
         self.num_classes = num_classes
         self.sigma = validate_sigma(sigma)

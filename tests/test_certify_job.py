@@ -1,0 +1,90 @@
+"""Certification as a job (issue 22): CertifyJob checks every setting once, run_certification is
+CertifyJob(...).run(), and the callers that certify many times build one job."""
+import dataclasses
+import inspect
+import time
+
+import pytest
+import torch
+
+from rsmooth import RsmoothError
+from rsmooth.engine import CertifyJob, certify_corruptions, run_certification
+from rsmooth.engine.pipeline import run_pipeline
+from rsmooth.metrics import read_certify_tsv, read_sidecar
+from rsmooth.models import create_model
+from rsmooth.smoothing import DEFAULT_BATCH_SIZE
+
+QUIET = dict(progress=False, log=lambda s: None)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    """An untrained digits model's state_dict (built with the model options below)."""
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("model") / "model.pt"
+    torch.save(create_model("digits_cnn", "digits").state_dict(), path)
+    return path
+
+
+MODEL = dict(dataset="digits", sigma=0.25, model_options={"arch": "digits_cnn"})
+
+
+def test_run_certification_takes_exactly_the_job_fields():
+    params = inspect.signature(run_certification).parameters
+    fields = {f.name: f.default for f in dataclasses.fields(CertifyJob)}
+    assert list(params) == list(fields)
+    assert {k: (p.default if p.default is not p.empty else dataclasses.MISSING) for k, p in params.items()} == fields
+
+
+def test_job_checks_and_normalises_once():
+    job = CertifyJob("ck", "o.tsv", mode="sequential", radii=[0.5, 0.25, 0.5], n_max=1e3, shard="1/2", skip=2.0)
+    assert job.radii == [0.25, 0.5] and job.n is None and job.n_max == 1000 and job.radius_tol is None
+    assert job.shard == (1, 2) and job.skip == 2 and job.batch_size == DEFAULT_BATCH_SIZE and job.sequential
+    other = dataclasses.replace(job, out="p.tsv", corruption="fog")  # checked again, unchanged
+    assert dataclasses.replace(other, out="o.tsv", corruption=None) == job
+    with pytest.raises(RsmoothError, match="n0 must be >= 1, got 0"):
+        dataclasses.replace(job, n0=0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.n0 = 5
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(mode="x"), "mode must be certify, predict, sequential or adaptive, got 'x'"),
+    (dict(radii=[0.5]), "--radii goes with --sequential"),
+    (dict(mode="sequential", radii=[0.5], n_max=10), "--n-max 10 is below --n0 100"),
+    (dict(mode="adaptive", radius_tol=-1), "radius_tol must be >= 0"),
+    (dict(shard="2/2"), r"--shard 2/2: the shard index must be in 0\.\.1"),
+    (dict(heartbeat=-1), "--heartbeat must be a number of seconds >= 0"),
+    (dict(precision="fp8"), "unknown precision 'fp8'; choose one of: fp32, bf16"),
+])
+def test_settings_fail_before_the_checkpoint_is_read(tmp_path, kw, match):
+    """The job is checked before anything is read: a missing checkpoint is not reached (the
+    precision, checked by Smooth after loading until the job, included)."""
+    for make in (lambda: CertifyJob(str(tmp_path / "nope.pt"), str(tmp_path / "c.tsv"), **kw),
+                 lambda: run_certification(str(tmp_path / "nope.pt"), str(tmp_path / "c.tsv"), **kw, **QUIET)):
+        with pytest.raises(RsmoothError, match=match):
+            make()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_job_run_is_run_certification(ckpt, tmp_path):
+    kw = dict(mode="predict", n=50, max=3, batch_size=50, **MODEL, **QUIET)
+    a = run_certification(str(ckpt), str(tmp_path / "a.tsv"), **kw)
+    b = CertifyJob(str(ckpt), str(tmp_path / "b.tsv"), **kw).run()
+    ra, rb = read_certify_tsv(a), read_certify_tsv(b)
+    assert (ra.idx == rb.idx).all() and (ra.predict == rb.predict).all() and ra.n == 3
+    ma, mb = ({k: v for k, v in read_sidecar(p).items() if k not in ("started", "finished")} for p in (a, b))
+    assert list(ma) == list(mb) and ma == mb
+
+
+def test_certify_corruptions_checks_the_settings_before_making_the_folder(tmp_path):
+    with pytest.raises(RsmoothError, match="n0 must be >= 1, got 0"):
+        certify_corruptions(str(tmp_path / "nope.pt"), str(tmp_path / "folder"), dataset="digits", n0=0, **QUIET)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_pipeline_checks_the_certify_options_before_the_first_step(tmp_path):
+    t0 = time.perf_counter()
+    with pytest.raises(RsmoothError, match="batch_size must be >= 1, got 0"):
+        run_pipeline(str(tmp_path / "p"), certify_options={"batch_size": 0}, log=QUIET["log"])
+    assert time.perf_counter() - t0 < 1.0 and list(tmp_path.iterdir()) == []
