@@ -169,6 +169,9 @@ else:
     procs[1].kill()
     procs[1].wait()
     procs[0].send_signal(signal.SIGTERM)
+for p in procs:  # the ranks stopped by SIGTERM stay unreaped until all have exited
+    if p.returncode is None:
+        os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
 print(json.dumps([(p.wait(timeout=60), p.stderr.read()) for p in procs]))
 '''
 

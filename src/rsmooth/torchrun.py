@@ -18,31 +18,27 @@ def _int_env(name: str) -> Optional[int]:
         return None
 
 
-def _alive_children(pid: int) -> Optional[int]:
-    """How many children of ``pid`` are running (zombies excluded); None where /proc cannot tell."""
+def _unreaped_children(pid: int) -> Optional[int]:
+    """How many children of ``pid`` it has not reaped yet (running, or exited and not yet waited
+    for); None where /proc cannot tell."""
     try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return len(Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
     except OSError:
         return None
-    alive = 0
-    for child in children:
-        try:
-            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        alive += state not in ("Z", "X")
-    return alive
 
 
 def another_rank_exited() -> Optional[bool]:
-    """Whether a rank on this node has already exited, as when torchrun stops the others after a
-    failure: fewer of its workers (the children of this process's parent) run than
-    ``LOCAL_WORLD_SIZE``.  None when it cannot tell (not torchrun, one rank per node, no /proc)."""
+    """Whether a rank on this node exited before this one was stopped, as when torchrun stops the
+    others after a failure: it notices the failure by reaping that rank, so fewer of its workers
+    (the children of this process's parent) are left than ``LOCAL_WORLD_SIZE``.  A rank that exits
+    on the same SIGTERM stays an unreaped child while torchrun stops the rest, so it still counts
+    (torchrun reaps the stopped ranks in rank order, so a rank scheduled only after a lower one was
+    reaped may still say another rank failed).  None when it cannot tell (not torchrun, one rank per node, no /proc)."""
     local = _int_env("LOCAL_WORLD_SIZE")
     if "TORCHELASTIC_RUN_ID" not in os.environ or local is None or local < 2:
         return None
-    alive = _alive_children(os.getppid())
-    return None if alive is None else alive < local
+    left = _unreaped_children(os.getppid())
+    return None if left is None else left < local
 
 
 def stop_line(signalled: bool) -> str:
