@@ -208,6 +208,16 @@ def test_plan_shares_the_sigma0_model_and_targets(tmp_path):
     assert text.count("rsmooth certify") == 16
 
 
+@pytest.mark.parametrize("budget, evals_every_epoch", [
+    ("paper", True), ("paper,test=0.1,n=0.5", True), ("paper,epochs=0.5", False), ("small", False)])
+def test_training_at_the_paper_schedule_is_evaluated_every_epoch(tmp_path, budget, evals_every_epoch):
+    """Below the paper's schedule only the last epoch is evaluated; at it (fewer test examples or
+    samples certified aside) every epoch is, for the comparison with the authors' training logs."""
+    steps = plan(get_table("rsmooth:digits"), parse_budget(budget), [0], tmp_path)
+    trains = [" ".join(map(str, s.argv)) for s in steps if s.kind == "train"]
+    assert trains and all(("--eval-every" not in t) == evals_every_epoch for t in trains), trains
+
+
 def test_select_rows_and_errors(tmp_path, capsys):
     spec = select(get_table("rsmooth:digits"), ["gaussian", "catrs"], [0.5])
     assert [(r.method, r.sigma) for r in spec.rows] == [("gaussian", 0.5), ("catrs", 0.5)]

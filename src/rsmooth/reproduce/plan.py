@@ -62,7 +62,7 @@ def train_argv(dataset: str, method: str, sigma: float, hparams: Dict[str, Any],
                extra: Sequence[str] = ()) -> List[str]:
     """``rsmooth train`` arguments of a row under ``budget``: the preset, the row's
     hyperparameters, the schedule scaled by ``budget.epochs``, ``train_size`` examples; below the
-    paper's budget the test set is evaluated after the last epoch only (the per-epoch
+    paper's schedule (``Budget.trains_as_paper``) the test set is evaluated after the last epoch only (the per-epoch
     evaluation took most of a smoke run's training time, and the table does not use it)."""
     return train_run(dataset, method, sigma, hparams, budget, seed, out, train_size, targets, extra)[0]
 
@@ -113,7 +113,7 @@ def _scaled_schedule(fields: Dict[str, Any], hp: Dict[str, Any], method: str, bu
         for k in EPOCH_HPARAMS:
             if resolved.get(k):
                 changed[k] = scaled(resolved[k], budget.epochs)
-    if not budget.is_paper:
+    if not budget.trains_as_paper:
         out["eval_every"] = scaled(c.epochs, budget.epochs) if budget.epochs < 1 else c.epochs
     return out
 

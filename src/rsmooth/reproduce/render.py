@@ -98,8 +98,8 @@ def caption(spec: TableSpec, budget: Budget, seeds: Sequence[int], train_sizes: 
         lines.append(
             f"Budget {budget.name}, REDUCED, not the paper's protocol: epochs x{budget.epochs:.3g} "
             f"({_schedule_note(spec, budget)}, lr steps and warm-ups alike), training set x{budget.train:.3g} "
-            f"({sizes or 'all'}), {targets}CERTIFY n x{budget.n:.3g}, test examples x{budget.test:.3g}; "
-            f"the training runs evaluate the test set after their last epoch only.")
+            f"({sizes or 'all'}), {targets}CERTIFY n x{budget.n:.3g}, test examples x{budget.test:.3g}"
+            + ("." if budget.trains_as_paper else "; the training runs evaluate the test set after their last epoch only."))
     for d in spec.datasets:
         p = budget_protocol(spec.protocol(d), budget)
         which = f"every {p['skip']}th test example" if p["skip"] > 1 else "every test example"

@@ -167,6 +167,12 @@ class Budget:
     def is_paper(self) -> bool:
         return all(getattr(self, f.name) == 1.0 for f in fields(self) if f.name != "name")
 
+    @property
+    def trains_as_paper(self) -> bool:
+        """The paper's schedule on the whole training set (other factors aside): its per-epoch
+        test log compares with the authors' released logs, so every epoch is evaluated."""
+        return self.epochs == 1.0 and self.train == 1.0
+
     def spec(self) -> str:
         """``small`` or ``small,epochs=0.05``: what ``--budget`` takes to give this budget back."""
         base = BUDGETS.get(self.name.split(",")[0], BUDGETS["paper"])
