@@ -182,6 +182,17 @@ def add_common_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
 
 
+def batch_size(text: str):
+    """``auto`` or a positive integer (what ``--batch-size`` takes)."""
+    return "auto" if text == "auto" else integer(text)
+
+
+def auto_batch_help() -> str:
+    return ("noisy inputs per forward pass, or auto (default): measured at the start for the model and device "
+            "(a few passes at growing sizes; skipped for jobs under 500,000 samples, which take 256). Results do "
+            "not depend on it: each image's noise is drawn in blocks of 256 copies, and many images share a pass")
+
+
 def batch_help() -> str:
     from ..smoothing import DEFAULT_BATCH_SIZE
 
@@ -210,7 +221,9 @@ def add_certify_options(p: argparse.ArgumentParser, mode: str) -> None:
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                    help="bf16: weights and noisy inputs in bfloat16 (faster on AMX CPUs; recorded in OUT.json); "
                    "default: fp32")
-    p.add_argument("--channels-last", action="store_true", help="channels-last memory format (faster convolutions on CPU)")
+    p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
+                   help="channels-last memory format for the convolutions (default: measured at the start, kept "
+                   "when faster and its votes equal NCHW's; recorded in OUT.json)")
 
 
 def add_sequential_flags(p: argparse.ArgumentParser) -> None:
