@@ -122,7 +122,33 @@ def test_stripe_inverts_the_outer_quarters(size, left, right):
     ref = x.copy()
     ref[:, :left] = 1 - x[:, :left]
     ref[:, right:] = 1 - x[:, right:]
-    np.testing.assert_array_equal(_call("stripe", x, None), ref)
+    np.testing.assert_allclose(_call("stripe", x, None), ref, atol=1e-15)
+
+
+def test_stripe_is_255_minus_the_level_for_every_level():
+    """The authors' 255 - x in integers: 59 -> 196 (1 - x in floats, truncated, gave 195)."""
+    y = run(np.full((1, 1, 28, 28), 59, np.uint8), "stripe")
+    assert (y[0, 0, :, :7] == 196).all() and (y[0, 0, :, 7:21] == 59).all() and (y[0, 0, :, 21:] == 196).all()
+    u = (np.arange(10 * 28) % 256).astype(np.uint8).reshape(1, 1, 10, 28)
+    for k in range(28):  # every level in every column
+        v = np.roll(u, k, axis=3)
+        ref = v.astype(int)
+        ref[..., :7] = 255 - ref[..., :7]
+        ref[..., 21:] = 255 - ref[..., 21:]
+        np.testing.assert_array_equal(run(v, "stripe"), ref)
+
+
+@pytest.mark.parametrize("severity", [1, 4])
+def test_motion_blur_is_imagemagicks_8_bit_export(severity):
+    """The authors read the blur back from ImageMagick's 8-bit PNG: floor(round(65535 y) / 257)."""
+    from rsmooth.corruptions.ops import motion_blur
+    radius, sigma = {1: (10, 3), 4: (15, 12)}[severity]
+    x = digits()[2].transpose(1, 2, 0) / 255
+    blurred = motion_blur(x, radius, sigma, np.random.default_rng(3).uniform(-45, 45))
+    ref = (np.floor(blurred * 65535 + 0.5).astype(np.int64)) // 257
+    y = _call("motion_blur", x, severity, seed=3)
+    np.testing.assert_array_equal(y * 255, ref)
+    assert (ref != np.round(blurred * 255)).any()
 
 
 def test_translate_shifts_by_whole_pixels_at_28():

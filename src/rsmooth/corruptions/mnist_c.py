@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .suites import SUITES
-from .ops import affine_about_center, canny, gaussian, line_from_points, motion_blur as _motion_blur
+from .ops import affine_about_center, canny, gaussian, imagemagick_8bit, line_from_points, motion_blur as _motion_blur
 from .ops import plasma_fractal, warp_affine
 
 suite = SUITES["mnist-c"]
@@ -79,9 +79,10 @@ def glass_blur(x, severity, rng):
 @suite.register("motion_blur", default=1)
 def motion_blur(x, severity, rng):
     """ImageMagick motion blur at an angle drawn from U(-45, 45) degrees; (radius, sigma) =
-    (10, 3), (15, 5), (15, 8), (15, 12), (20, 15)."""
+    (10, 3), (15, 5), (15, 8), (15, 12), (20, 15); read back from ImageMagick's 8-bit PNG
+    (:func:`~rsmooth.corruptions.ops.imagemagick_8bit`), as the authors' ``cv2.imdecode``."""
     radius, sigma = [(10, 3), (15, 5), (15, 8), (15, 12), (20, 15)][severity - 1]
-    return _motion_blur(x, radius, sigma, rng.uniform(-45, 45))
+    return imagemagick_8bit(_motion_blur(x, radius, sigma, rng.uniform(-45, 45)))
 
 
 def _affine(x, **kw):
@@ -132,12 +133,14 @@ def translate(x, severity, rng):
 
 @suite.register("stripe", severities=())
 def stripe(x, severity, rng):
-    """Invert the left and right quarters (columns 0-6 and 21-27 of 28)."""
+    """Invert the left and right quarters (columns 0-6 and 21-27 of 28) as the authors, on the
+    8-bit scale: ``(255 - 255 x) / 255``, so a level ``v`` becomes exactly ``255 - v`` (``1 - x``
+    truncates one level low for 50 of the 256 levels)."""
     W = x.shape[1]
     y = x.copy()
     left, right = int(round(7 * W / 28)), int(round(21 * W / 28))
-    y[:, :left] = 1 - y[:, :left]
-    y[:, right:] = 1 - y[:, right:]
+    for cols in (slice(0, left), slice(right, W)):
+        y[:, cols] = (255.0 - 255.0 * y[:, cols]) / 255.0
     return y
 
 
