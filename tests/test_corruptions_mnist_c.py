@@ -195,3 +195,12 @@ def test_glass_blur_blurs_grey_images_vertically_only_as_the_authors_call_does()
     assert np.all(y[:, :12] == 0) and np.all(y[:, 17:] == 0) and y[:, 13:16].sum() > 20
     colour = _call("glass_blur", np.repeat(x, 3, axis=2), 1)  # colour images are blurred in both directions
     assert (colour[:, :12] > 0).any()
+
+
+@pytest.mark.parametrize("name", ["shear", "scale", "rotate"])
+def test_geometric_corruptions_keep_blends_below_the_minimum_as_new_scikit_image(name):
+    """scikit-image >= 0.19.3 (documented): pixels blending a grey image of minimum 0.5 with the zero
+    outside stay between 0 and 0.5, where the authors' 2019 release raised them to 0.5."""
+    y = _call(name, np.full((28, 28, 1), 0.5), 3, seed=1)
+    assert ((y > 0.01) & (y < 0.49)).any()
+    assert "scikit-image >= 0.19.3" in " ".join(SUITE.get(name).fn.__doc__.split())
