@@ -5,7 +5,7 @@ absolute difference), on Fashion-MNIST test images (1x28x28 for MNIST-C; tinted 
 3x32x32 for CIFAR-10-C, as ``bench/corruption_speed.py``), the random draws of both sides coupled:
 
 - ``spatter`` severities 1-3 (CIFAR-10-C's water) against the authors' pipeline run by OpenCV
-  (``pip install opencv-python-headless``; the reference of ``tests/test_corruptions_cifar_c.py``),
+  (``pip install 'rsmooth[opencv]'``; the reference of ``tests/test_corruptions_cifar_c.py``),
   with OpenCV's Intel IPP path on (pip wheels' default) and off;
 - ``motion_blur`` (both suites) and ``snow``: ImageMagick is not on this machine, so what is shown
   is what moved: the values where its 8-bit export (``ops.imagemagick_8bit``) differs from the
@@ -43,7 +43,7 @@ def _spatter(colour: np.ndarray) -> None:
     try:
         import cv2
     except ImportError:
-        print("spatter: skipped (needs OpenCV: pip install opencv-python-headless)")
+        print("spatter: skipped (needs OpenCV: pip install 'rsmooth[opencv]')")
         return
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from test_corruptions_cifar_c import _opencv_water

@@ -236,7 +236,7 @@ def _drop_layers(n):
 
 
 def test_opencv_canny_and_distance_equal_opencv():
-    """Against OpenCV itself where it is installed (``pip install opencv-python-headless``)."""
+    """Against OpenCV itself where it is installed (``pip install 'rsmooth[opencv]'``)."""
     cv2 = pytest.importorskip("cv2")
     for u in _drop_layers(40):
         edges = cv2.Canny(u, 50, 150) > 0
