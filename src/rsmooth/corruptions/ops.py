@@ -1,7 +1,7 @@
 """Image primitives the corruption suites share, in NumPy and SciPy.
 
 Each reproduces the library call the corruption authors used (scikit-image, ImageMagick through
-Wand, SciPy), so that their parameters carry over: images are float64 ``[H, W, C]`` (or
+Wand, OpenCV, SciPy), so that their parameters carry over: images are float64 ``[H, W, C]`` (or
 ``[H, W]`` where said) in [0, 1]; coordinates are ``(col, row)`` as in scikit-image.
 """
 from __future__ import annotations
@@ -302,7 +302,7 @@ def opencv_distance_5x5(zero: np.ndarray, metrics: Sequence[float] = (1.0, 1.4, 
     OpenCV's two raster passes, a row at a time: the moves from the rows already passed, then the
     running minimum along the row (``min_k s_k + (j - k)``), which is its pixel-by-pixel loop.
     OpenCV builds with Intel IPP (the pip wheels) sum the same float32 metrics in floating point
-    instead, which differs by less than 1e-4 (see ``bench/corruption_agreement.py``)."""
+    instead: less than 1e-4 apart, and no ``spatter`` value changed in ``bench/corruption_agreement.py``."""
     zero = np.asarray(zero, dtype=bool)
     H, W = zero.shape
     fixed = [int(np.rint(np.float32(m) * np.float32(1 << 16))) for m in metrics]
