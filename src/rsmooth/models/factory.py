@@ -305,9 +305,10 @@ def create_model(arch: str, dataset: str, num_classes: Optional[int] = None, *,
             fixes the normalisation constants, the input shape and the default num_classes.
         num_classes: K, the number of logits; defaults to the dataset's.
         arch_kwargs: keyword arguments of a factory (a built-in architecture takes none).
-        mean, std: per-channel normalisation in [0, 1] pixel units, applied before the net
-            (sigma stays in pixel units); default: the dataset's for a built-in architecture,
-            none for a factory (its net gets [0, 1] pixels).
+        mean: per-channel means in [0, 1] pixel units, subtracted before the net (sigma
+            stays in pixel units); default: the dataset's for a built-in architecture, none for
+            a factory (its net gets [0, 1] pixels).
+        std: per-channel standard deviations, in [0, 1] pixel units, as ``mean``.
         input_size: (C, H, W) the net gets, passed to a factory that names ``input_size``;
             must be the dataset's (images are not resized).
 
@@ -319,6 +320,11 @@ def create_model(arch: str, dataset: str, num_classes: Optional[int] = None, *,
         RsmoothError: unknown arch or dataset, or an arch that does not fit the dataset's
             input shape (e.g. lenet on cifar10), or a factory that cannot be imported, fails,
             returns no ``nn.Module`` or not logits [B, K].
+
+    Example::
+
+        model = rsmooth.create_model("digits_cnn", "digits")    # random weights
+        model(torch.rand(4, 1, 8, 8)).shape                     # torch.Size([4, 10])
     """
     spec = resolve_arch(arch)
     stats = dataset_stats(dataset)

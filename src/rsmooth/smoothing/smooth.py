@@ -401,8 +401,18 @@ class Smooth:
         most alpha.
 
         Args:
-            x: one input [C x H x W] in [0, 1]; n: noisy samples; alpha: failure
-            probability in (0, 1); batch_size: samples per forward pass.
+            x: one input [C x H x W] in [0, 1].
+            n: noisy samples.
+            alpha: failure probability in (0, 1).
+            batch_size: noisy samples per forward pass.
+            generator: optional ``torch.Generator`` on the model's device.
+
+        Returns:
+            the predicted class (int in 0..K-1), or ``Smooth.ABSTAIN`` (-1).
+
+        Example::
+
+            label = smooth.predict(x, n=1000, alpha=0.001, batch_size=1000)
         """
         self._check_range(_validate_input(x, 3, "x"), "x")
         n = validate_count("n", n)
@@ -433,9 +443,20 @@ class Smooth:
         g(x + d) = c_A for every ||d||_2 < radius.
 
         Args:
-            x: one input [C x H x W] in [0, 1]; n0: selection samples (100); n: estimation
-            samples (100,000); alpha: failure probability (0.001); batch_size: samples per
-            forward pass; generator: optional ``torch.Generator`` on the model's device.
+            x: one input [C x H x W] in [0, 1].
+            n0: selection samples (the papers: 100).
+            n: estimation samples (the papers: 100,000).
+            alpha: failure probability (the papers: 0.001).
+            batch_size: noisy samples per forward pass.
+            generator: optional ``torch.Generator`` on the model's device.
+
+        Returns:
+            ``(label, radius)``: the class c_A and the certified l2 radius in [0, 1] pixel
+            units, or ``(Smooth.ABSTAIN, 0.0)``.
+
+        Example::
+
+            label, radius = smooth.certify(x, n0=100, n=10_000, alpha=0.001, batch_size=1000)
         """
         self._check_range(_validate_input(x, 3, "x"), "x")
         n0 = validate_count("n0", n0)
@@ -477,11 +498,25 @@ class Smooth:
         Clopper-Pearson bound is about 1.5x narrower; bench/futility_vs_fixed.py).
 
         Args:
-            x: one input [C x H x W] in [0, 1]; n0: selection samples (100); radii: l2 radii
-            in [0, 1] pixel units; alpha: failure probability (0.001, below 1/2); n_max: cap on
-            the estimation samples (100,000); batch_size: samples per forward pass (the sample
-            sizes at which the bounds are checked do not depend on it); generator: optional
-            ``torch.Generator`` on the model's device; futility: beta in (0, 1/e) (0.05).
+            x: one input [C x H x W] in [0, 1].
+            n0: selection samples (100).
+            radii: l2 radii to decide, in [0, 1] pixel units.
+            alpha: failure probability (0.001, below 1/2).
+            n_max: cap on the estimation samples (100,000).
+            batch_size: noisy samples per forward pass (the sample sizes at which the bounds
+                are checked do not depend on it).
+            generator: optional ``torch.Generator`` on the model's device.
+            futility: beta in (0, 1/e) (0.05).
+
+        Returns:
+            a :class:`~rsmooth.smoothing.sequential.SequentialCertificate`: ``prediction``,
+            ``radius`` (the largest radius decided robust), the samples drawn, the bounds and
+            one decision per radius.
+
+        Example::
+
+            cert = smooth.certify_sequential(x, n0=100, radii=[0.25, 0.5], alpha=0.001)
+            cert.prediction, cert.radius, cert.decisions
         """
         radii = validate_radii(radii)
         levels = thresholds(radii, self.sigma)
@@ -523,9 +558,23 @@ class Smooth:
         under optional stopping.
 
         Args:
-            x, n0, alpha, n_max, batch_size, generator, futility: as in :meth:`certify_sequential`;
+            x: one input [C x H x W] in [0, 1].
+            n0: selection samples (100).
+            alpha: failure probability (0.001, below 1/2).
             radius_tol: l2 radius in [0, 1] pixel units (>= 0; 0 draws all n_max samples
-            unless the radius is already out of reach; ``inf`` stops at the first look).
+                unless the radius is already out of reach; ``inf`` stops at the first look).
+            n_max: cap on the estimation samples (100,000).
+            batch_size: noisy samples per forward pass.
+            generator: optional ``torch.Generator`` on the model's device.
+            futility: beta in (0, 1/e) (0.05).
+
+        Returns:
+            a :class:`~rsmooth.smoothing.sequential.SequentialCertificate` whose ``radius`` is
+            the certified radius (0.0 with ``prediction`` ABSTAIN).
+
+        Example::
+
+            cert = smooth.certify_adaptive(x, n0=100, alpha=0.001, radius_tol=0.05)
         """
         radius_tol = validate_radius_tol(radius_tol)
         c_a, bounds, capped = self._sequence(x, n0, alpha, n_max, batch_size, generator, futility,
