@@ -229,9 +229,20 @@ def register_model(name: str, factory: Optional[Callable[..., nn.Module]] = None
     checkpoint records ``factory.__module__:factory.__qualname__`` when that imports back to
     the factory (then ``rsmooth certify`` rebuilds it in a new process), else the name.
 
+    Args:
+        name: the architecture's name (no ``:``), as ``create_model`` and ``--arch`` take it.
+        factory: a callable returning an ``nn.Module`` that maps [B, C, H, W] images to logits
+            [B, K]; omitted, ``register_model(name)`` is a decorator.
+        replace: allow replacing a model registered earlier with ``register_model``
+            (built-in names are never replaced).
+
+    Returns:
+        the factory (so that it works as a decorator), or the decorator when ``factory`` is None.
+
     Example::
 
         rsmooth.register_model("mlp", lambda num_classes: nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes)))
+        model = rsmooth.create_model("mlp", "digits")       # [B, 1, 8, 8] in [0, 1] -> [B, 10]
     """
     if factory is None:
         return lambda f: register_model(name, f, replace=replace)

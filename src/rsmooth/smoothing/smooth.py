@@ -192,6 +192,12 @@ class Smooth:
     Noise, votes and counts stay on the model's device and its forward passes are queued
     without waiting for it: ``certify`` and ``predict`` copy the counts to the host once per
     input, ``count_votes`` reads one number (the non-finite check) per call.
+
+    Example::
+
+        smooth = Smooth(model, num_classes=10, sigma=0.25)     # model: [B, C, H, W] in [0, 1] -> [B, 10]
+        label, radius = smooth.certify(x, n0=100, n=100_000, alpha=0.001, batch_size=1000)
+        # with probability >= 0.999, g(x + d) = label for every ||d||_2 < radius ([0, 1] pixel units)
     """
 
     ABSTAIN = -1
@@ -238,7 +244,11 @@ class Smooth:
         return model
 
     def mode(self) -> dict:
-        """The sampling options, for recording next to results."""
+        """The sampling options, for recording next to results.
+
+        Returns:
+            ``{"precision": "fp32" | "bf16", "channels_last": bool, "compile": bool}``.
+        """
         return {"precision": self.precision.value, "channels_last": self.channels_last,
                 "compile": self.compile}
 
@@ -333,6 +343,7 @@ class Smooth:
             batch_size: noisy samples per forward pass; inputs with ``num < batch_size``
                 share a forward pass (several images per noise batch).
             generator: a ``torch.Generator`` on the model's device for reproducibility.
+
         Returns:
             counts [B x K] (int64, on the model's device): counts[b, c] = number of the
             ``num`` noisy copies of xs[b] classified as c.
@@ -617,9 +628,15 @@ class Smooth:
         Image b is certified with noise from a generator seeded by ``(seed, indices[b])``
         exactly as ``rsmooth certify --seed`` seeds dataset example ``indices[b]``, so with the
         dataset indices of the images the records equal that command's TSV rows (time aside).
+        Guarantee: each record's certificate is :meth:`certify`'s, wrong with probability at most
+        alpha (over m images, about alpha * m may be wrong).
 
         Args:
-            xs: images [B x C x H x W] in [0, 1]; n0, n, alpha, batch_size: as in :meth:`certify`.
+            xs: images [B x C x H x W] in [0, 1].
+            n0: selection samples per image, as in :meth:`certify`.
+            n: estimation samples per image, as in :meth:`certify`.
+            alpha: failure probability, as in :meth:`certify`.
+            batch_size: noisy samples per forward pass.
             labels: optional true classes [B], integers in 0..K-1: adds ``label`` and ``correct``.
             indices: the images' example indices, integers >= 0 (default 0, ..., B-1).
             seed: the noise seed.
