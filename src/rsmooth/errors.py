@@ -12,12 +12,13 @@ class RsmoothError(ValueError):
     ``rsmooth: error: <message>`` and exits with status 2, without a traceback.  A subclass of
     ``ValueError``, so ``except ValueError`` catches it too.
 
-    Example::
-
+    Example:
+        ```python
         try:
             rsmooth.get_dataset("digits", "validation")
         except rsmooth.RsmoothError as e:
             print(e)          # one line naming the splits there are
+        ```
     """
 
 

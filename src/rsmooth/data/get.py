@@ -59,10 +59,11 @@ def get_dataset(
         [C, H, W] in [0, 1] and the label an int; ``data.get_batch(indices)`` gives
         ``(images [B, C, H, W], labels [B])``.
 
-    Example::
-
+    Example:
+        ```python
         test = rsmooth.get_dataset("digits", "test")          # 360 images [1, 8, 8], offline
         xs, ys = test.get_batch(torch.arange(8))
+        ```
     """
     if subset is not None:
         data = get_dataset(name, split, data_dir, download, corruption=corruption, severity=severity,

@@ -353,10 +353,11 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
         [B, C, H, W] to logits [B, K]), ``arch``, ``dataset``, ``num_classes``, ``sigma`` (the
         training noise in [0, 1] pixel units, None where unknown), ``path`` and ``meta``.
 
-    Example::
-
+    Example:
+        ```python
         loaded = rsmooth.load_model("runs/digits025")
         smooth = rsmooth.Smooth(loaded.model, loaded.num_classes, loaded.sigma)
+        ```
     """
     from ..models import MODEL_OPTIONS, arch_ref
 

@@ -239,10 +239,11 @@ def register_model(name: str, factory: Optional[Callable[..., nn.Module]] = None
     Returns:
         the factory (so that it works as a decorator), or the decorator when ``factory`` is None.
 
-    Example::
-
+    Example:
+        ```python
         rsmooth.register_model("mlp", lambda num_classes: nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes)))
         model = rsmooth.create_model("mlp", "digits")       # [B, 1, 8, 8] in [0, 1] -> [B, 10]
+        ```
     """
     if factory is None:
         return lambda f: register_model(name, f, replace=replace)
@@ -332,10 +333,11 @@ def create_model(arch: str, dataset: str, num_classes: Optional[int] = None, *,
             input shape (e.g. lenet on cifar10), or a factory that cannot be imported, fails,
             returns no ``nn.Module`` or not logits [B, K].
 
-    Example::
-
+    Example:
+        ```python
         model = rsmooth.create_model("digits_cnn", "digits")    # random weights
         model(torch.rand(4, 1, 8, 8)).shape                     # torch.Size([4, 10])
+        ```
     """
     spec = resolve_arch(arch)
     stats = dataset_stats(dataset)

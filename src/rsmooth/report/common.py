@@ -46,10 +46,11 @@ class FileSummary:
         complete: the sidecar's flag (None without one).
         examples_planned: the examples the run was started for.
 
-    Example::
-
+    Example:
+        ```python
         (s,) = rsmooth.summarize(["runs/fm025/certify.tsv"])
         s.acr, s.certified_accuracy, s.to_dict()
+        ```
     """
 
     path: str

@@ -51,9 +51,10 @@ def records(summaries: Sequence[FileSummary]) -> List[dict]:
         ``acc@<r>`` (fractions in [0, 1], None where undecided; with ``ci`` also
         ``acc@<r>_lo/_hi/_hp``).
 
-    Example::
-
+    Example:
+        ```python
         pandas.DataFrame(rsmooth.records(rsmooth.summarize(glob.glob("runs/*/certify.tsv"))))
+        ```
     """
     return [s.to_dict() for s in summaries]
 
@@ -135,10 +136,11 @@ def summarize(paths: Sequence[PathLike], radii: Radii = None,
         one :class:`FileSummary` per file, in order: ``acr`` (in [0, 1] pixel units),
         ``certified_accuracy`` {radius: fraction in [0, 1] or None}, ``num_examples``, ``meta``.
 
-    Example::
-
+    Example:
+        ```python
         (s,) = rsmooth.summarize(["runs/fm025/certify.tsv"], radii=[0, 0.25, 0.5])
         s.acr, s.certified_accuracy[0.25]
+        ```
     """
     paths, labels, skipped = skip_side_files(paths, labels)
     if skipped:
@@ -285,9 +287,10 @@ def analyze(paths: Sequence[PathLike], radii: Radii = None, fmt: str = "markdown
         the text: a table with notes (certified accuracy in %, ACR in [0, 1] pixel units), or
         JSON.
 
-    Example::
-
+    Example:
+        ```python
         print(rsmooth.analyze(["runs/fm025/certify.tsv"], radii=[0, 0.25, 0.5], paper="catrs:table4"))
+        ```
     """
     if not as_json:
         check_format(fmt)

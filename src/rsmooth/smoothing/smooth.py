@@ -193,11 +193,12 @@ class Smooth:
     without waiting for it: ``certify`` and ``predict`` copy the counts to the host once per
     input, ``count_votes`` reads one number (the non-finite check) per call.
 
-    Example::
-
+    Example:
+        ```python
         smooth = Smooth(model, num_classes=10, sigma=0.25)     # model: [B, C, H, W] in [0, 1] -> [B, 10]
         label, radius = smooth.certify(x, n0=100, n=100_000, alpha=0.001, batch_size=1000)
         # with probability >= 0.999, g(x + d) = label for every ||d||_2 < radius ([0, 1] pixel units)
+        ```
     """
 
     ABSTAIN = -1
@@ -421,9 +422,10 @@ class Smooth:
         Returns:
             the predicted class (int in 0..K-1), or ``Smooth.ABSTAIN`` (-1).
 
-        Example::
-
+        Example:
+            ```python
             label = smooth.predict(x, n=1000, alpha=0.001, batch_size=1000)
+            ```
         """
         self._check_range(_validate_input(x, 3, "x"), "x")
         n = validate_count("n", n)
@@ -465,9 +467,10 @@ class Smooth:
             ``(label, radius)``: the class c_A and the certified l2 radius in [0, 1] pixel
             units, or ``(Smooth.ABSTAIN, 0.0)``.
 
-        Example::
-
+        Example:
+            ```python
             label, radius = smooth.certify(x, n0=100, n=10_000, alpha=0.001, batch_size=1000)
+            ```
         """
         self._check_range(_validate_input(x, 3, "x"), "x")
         n0 = validate_count("n0", n0)
@@ -524,10 +527,11 @@ class Smooth:
             ``radius`` (the largest radius decided robust), the samples drawn, the bounds and
             one decision per radius.
 
-        Example::
-
+        Example:
+            ```python
             cert = smooth.certify_sequential(x, n0=100, radii=[0.25, 0.5], alpha=0.001)
             cert.prediction, cert.radius, cert.decisions
+            ```
         """
         radii = validate_radii(radii)
         levels = thresholds(radii, self.sigma)
@@ -583,9 +587,10 @@ class Smooth:
             a :class:`~rsmooth.smoothing.sequential.SequentialCertificate` whose ``radius`` is
             the certified radius (0.0 with ``prediction`` ABSTAIN).
 
-        Example::
-
+        Example:
+            ```python
             cert = smooth.certify_adaptive(x, n0=100, alpha=0.001, radius_tol=0.05)
+            ```
         """
         radius_tol = validate_radius_tol(radius_tol)
         c_a, bounds, capped = self._sequence(x, n0, alpha, n_max, batch_size, generator, futility,
@@ -644,10 +649,11 @@ class Smooth:
             ``[{"index", "predict", "radius"[, "label", "correct"]}, ...]``; predict is ABSTAIN
             (-1) with radius 0.0 when the smoothed classifier abstains.
 
-        Example::
-
+        Example:
+            ```python
             records = Smooth(model, num_classes=10, sigma=0.25).certify_batch(xs, 100, 10_000, 0.001, 1000, labels=ys)
             pandas.DataFrame(records)
+            ```
         """
         from ..engine.seeding import generator, validate_seed
 
