@@ -122,3 +122,17 @@ def test_the_rule_catches_what_it_should():
     g.__annotations__["return"] = int
     with pytest.raises(AssertionError, match="no Returns"):
         _check(g, "g", example=False)
+
+
+def test_the_sites_hook_shows_sphinx_roles_as_code():
+    """docs/hooks.py: ``:meth:`x``` and ``:class:`~a.b.C``` in rendered docstrings become code, as
+    Sphinx shows them (mkdocstrings would print the role)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "hooks.py"
+    spec = importlib.util.spec_from_file_location("rsmooth_docs_hooks", path)
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    html = "see :meth:<code>certify</code> and :class:<code>~rsmooth.methods.StepContext</code>, :py:func:<code>a.b</code>"
+    assert hooks.on_page_content(html) == "see <code>certify</code> and <code>StepContext</code>, <code>a.b</code>"
