@@ -46,3 +46,11 @@ def test_readme_is_short_and_its_links_point_into_the_site():
     links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", readme)
     assert links and all((ROOT / link).is_file() for link in links), [l for l in links if not (ROOT / l).is_file()]
     assert {"docs/index.md", "docs/api.md", "docs/getting-started.md"} <= set(links)
+
+
+def test_no_docs_line_starts_a_blockquote_by_accident():
+    """A wrapped line beginning with '>=' renders as a quotation (it did in the README's demo text)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    hits = [f"{p.name}: {line}" for p in pages for line in re.sub(r"```.*?```", "", p.read_text(), flags=re.S).splitlines()
+            if re.match(r"\s*>=", line)]
+    assert not hits, hits
