@@ -234,7 +234,7 @@ def add_sequential_flags(p: argparse.ArgumentParser) -> None:
         "when the data choose when to stop (Voracek 2024, arXiv 2406.17830). The lower bound certifies "
         "(--alpha covers every radius and every stop at once); an upper bound at level --futility stops work "
         "on radii that its lower bound would not certify with --n-max samples (fixed certify --n N_MAX, "
-        "whose bound is about 1.5x tighter, certifies some of them: see the README). OUT keeps its columns (radius: the certified "
+        "whose bound is about 1.5x tighter, certifies some of them: see docs/guide/certify.md). OUT keeps its columns (radius: the certified "
         "radius, 0 with predict -1 when none); each example's samples (n0 + n), bounds and decisions go to "
         "OUT.seq (tab-separated; runs of earlier versions wrote OUT.seq.tsv, renamed when resumed)")
     g.add_argument("--sequential", action="store_true",

@@ -171,6 +171,13 @@ class Smooth:
     Noise, votes and counts stay on the model's device and its forward passes are queued
     without waiting for it: ``certify`` and ``predict`` copy the counts to the host once per
     input, ``count_votes`` reads one number (the non-finite check) per call.
+
+    Example:
+        ```python
+        smooth = Smooth(model, num_classes=10, sigma=0.25)     # model: [B, C, H, W] in [0, 1] -> [B, 10]
+        label, radius = smooth.certify(x, n0=100, n=100_000, alpha=0.001, batch_size=1000)
+        # with probability >= 0.999, g(x + d) = label for every ||d||_2 < radius ([0, 1] pixel units)
+        ```
     """
 
     ABSTAIN = ABSTAIN
@@ -217,7 +224,11 @@ class Smooth:
         return model
 
     def mode(self) -> dict:
-        """The sampling options, for recording next to results."""
+        """The sampling options, for recording next to results.
+
+        Returns:
+            ``{"precision": "fp32" | "bf16", "channels_last": bool, "compile": bool}``.
+        """
         return {"precision": self.precision.value, "channels_last": self.channels_last,
                 "compile": self.compile}
 
@@ -313,6 +324,7 @@ class Smooth:
             batch_size: noisy samples per forward pass; inputs with ``num < batch_size``
                 share a forward pass (several images per noise batch).
             generator: a ``torch.Generator`` on the model's device for reproducibility.
+
         Returns:
             counts [B x K] (int64, on the model's device): counts[b, c] = number of the
             ``num`` noisy copies of xs[b] classified as c.
@@ -421,8 +433,19 @@ class Smooth:
         most alpha.
 
         Args:
-            x: one input [C x H x W] in [0, 1]; n: noisy samples; alpha: failure
-            probability in (0, 1); batch_size: samples per forward pass.
+            x: one input [C x H x W] in [0, 1].
+            n: noisy samples.
+            alpha: failure probability in (0, 1).
+            batch_size: noisy samples per forward pass.
+            generator: optional ``torch.Generator`` on the model's device.
+
+        Returns:
+            the predicted class (int in 0..K-1), or ``Smooth.ABSTAIN`` (-1).
+
+        Example:
+            ```python
+            label = smooth.predict(x, n=1000, alpha=0.001, batch_size=1000)
+            ```
         """
         self._check_range(_validate_input(x, 3, "x"), "x")
         return self._one(x, Predict(n, alpha), batch_size, generator)
@@ -444,9 +467,21 @@ class Smooth:
         g(x + d) = c_A for every ||d||_2 < radius.
 
         Args:
-            x: one input [C x H x W] in [0, 1]; n0: selection samples (100); n: estimation
-            samples (100,000); alpha: failure probability (0.001); batch_size: samples per
-            forward pass; generator: optional ``torch.Generator`` on the model's device.
+            x: one input [C x H x W] in [0, 1].
+            n0: selection samples (the papers: 100).
+            n: estimation samples (the papers: 100,000).
+            alpha: failure probability (the papers: 0.001).
+            batch_size: noisy samples per forward pass.
+            generator: optional ``torch.Generator`` on the model's device.
+
+        Returns:
+            ``(label, radius)``: the class c_A and the certified l2 radius in [0, 1] pixel
+            units, or ``(Smooth.ABSTAIN, 0.0)``.
+
+        Example:
+            ```python
+            label, radius = smooth.certify(x, n0=100, n=10_000, alpha=0.001, batch_size=1000)
+            ```
         """
         self._check_range(_validate_input(x, 3, "x"), "x")
         return self._one(x, Certify(n0, n, alpha), batch_size, generator)
@@ -478,11 +513,26 @@ class Smooth:
         Clopper-Pearson bound is about 1.5x narrower; bench/futility_vs_fixed.py).
 
         Args:
-            x: one input [C x H x W] in [0, 1]; n0: selection samples (100); radii: l2 radii
-            in [0, 1] pixel units; alpha: failure probability (0.001, below 1/2); n_max: cap on
-            the estimation samples (100,000); batch_size: samples per forward pass (the sample
-            sizes at which the bounds are checked do not depend on it); generator: optional
-            ``torch.Generator`` on the model's device; futility: beta in (0, 1/e) (0.05).
+            x: one input [C x H x W] in [0, 1].
+            n0: selection samples (100).
+            radii: l2 radii to decide, in [0, 1] pixel units.
+            alpha: failure probability (0.001, below 1/2).
+            n_max: cap on the estimation samples (100,000).
+            batch_size: noisy samples per forward pass (the sample sizes at which the bounds
+                are checked do not depend on it).
+            generator: optional ``torch.Generator`` on the model's device.
+            futility: beta in (0, 1/e) (0.05).
+
+        Returns:
+            a :class:`~rsmooth.smoothing.sequential.SequentialCertificate`: ``prediction``,
+            ``radius`` (the largest radius decided robust), the samples drawn, the bounds and
+            one decision per radius.
+
+        Example:
+            ```python
+            cert = smooth.certify_sequential(x, n0=100, radii=[0.25, 0.5], alpha=0.001)
+            cert.prediction, cert.radius, cert.decisions
+            ```
         """
         procedure = Sequential(n0, alpha, n_max, futility, radii)
         self._check_range(_validate_input(x, 3, "x"), "x")
@@ -518,9 +568,24 @@ class Smooth:
         under optional stopping.
 
         Args:
-            x, n0, alpha, n_max, batch_size, generator, futility: as in :meth:`certify_sequential`;
+            x: one input [C x H x W] in [0, 1].
+            n0: selection samples (100).
+            alpha: failure probability (0.001, below 1/2).
             radius_tol: l2 radius in [0, 1] pixel units (>= 0; 0 draws all n_max samples
-            unless the radius is already out of reach; ``inf`` stops at the first look).
+                unless the radius is already out of reach; ``inf`` stops at the first look).
+            n_max: cap on the estimation samples (100,000).
+            batch_size: noisy samples per forward pass.
+            generator: optional ``torch.Generator`` on the model's device.
+            futility: beta in (0, 1/e) (0.05).
+
+        Returns:
+            a :class:`~rsmooth.smoothing.sequential.SequentialCertificate` whose ``radius`` is
+            the certified radius (0.0 with ``prediction`` ABSTAIN).
+
+        Example:
+            ```python
+            cert = smooth.certify_adaptive(x, n0=100, alpha=0.001, radius_tol=0.05)
+            ```
         """
         procedure = Adaptive(n0, alpha, n_max, futility, radius_tol)
         self._check_range(_validate_input(x, 3, "x"), "x")
@@ -543,9 +608,15 @@ class Smooth:
         Image b is certified with noise from a generator seeded by ``(seed, indices[b])``
         exactly as ``rsmooth certify --seed`` seeds dataset example ``indices[b]``, so with the
         dataset indices of the images the records equal that command's TSV rows (time aside).
+        Guarantee: each record's certificate is :meth:`certify`'s, wrong with probability at most
+        alpha (over m images, about alpha * m may be wrong).
 
         Args:
-            xs: images [B x C x H x W] in [0, 1]; n0, n, alpha, batch_size: as in :meth:`certify`.
+            xs: images [B x C x H x W] in [0, 1].
+            n0: selection samples per image, as in :meth:`certify`.
+            n: estimation samples per image, as in :meth:`certify`.
+            alpha: failure probability, as in :meth:`certify`.
+            batch_size: noisy samples per forward pass.
             labels: optional true classes [B], integers in 0..K-1: adds ``label`` and ``correct``.
             indices: the images' example indices, integers >= 0 (default 0, ..., B-1).
             seed: the noise seed.
@@ -553,10 +624,11 @@ class Smooth:
             ``[{"index", "predict", "radius"[, "label", "correct"]}, ...]``; predict is ABSTAIN
             (-1) with radius 0.0 when the smoothed classifier abstains.
 
-        Example::
-
+        Example:
+            ```python
             records = Smooth(model, num_classes=10, sigma=0.25).certify_batch(xs, 100, 10_000, 0.001, 1000, labels=ys)
             pandas.DataFrame(records)
+            ```
         """
         from ..engine.seeding import generator, validate_seed
 
