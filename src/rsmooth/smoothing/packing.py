@@ -52,6 +52,8 @@ class _Task:
     steps: Any
     slot: int
     todo: int = 0  # copies of the current request not drawn yet
+    later: List[int] = field(default_factory=list)  # the requests asked together with it, still to come
+    held: List[torch.Tensor] = field(default_factory=list)  # counts of those finished (on the device)
     staged: Optional[torch.Tensor] = None  # noisy copies drawn but not yet placed in a pass
     fresh_rows: int = 0  # rows classified since the last time was shared out
     seconds: float = 0.0
@@ -59,6 +61,13 @@ class _Task:
     @property
     def waiting(self) -> int:
         return self.todo + (0 if self.staged is None else len(self.staged))
+
+    def ask(self, request: Any) -> None:
+        """Take a request: a number of samples, or several drawn back to back (a tuple), whose
+        counts are sent together once all are drawn (one read of the device)."""
+        nums = list(request) if isinstance(request, tuple) else [request]
+        check(all(isinstance(m, int) and m >= 1 for m in nums), f"a procedure asked for {request!r} samples")
+        self.todo, self.later, self.held = nums[0], nums[1:], []
 
 
 @dataclass
@@ -81,6 +90,7 @@ class Packer:
     check_image: Callable[[torch.Tensor], torch.Tensor]
     full: bool = False
     buffer: Optional[torch.Tensor] = None
+    _owner: Optional[torch.Tensor] = None  # each row's first index in the flat counts
     _tasks: Deque[_Task] = field(default_factory=deque)
 
     def run(self, procedure: Procedure, items: Iterable[Item]) -> Iterator[Tuple[Hashable, Any, float]]:
@@ -102,11 +112,12 @@ class Packer:
             if not self._tasks:
                 return
             self._pass(counts)
-            done = [t for t in self._tasks if t.waiting == 0]
+            done = [t for t in self._tasks if t.waiting == 0 and not self._next_request(t, counts)]
             if not done:
                 continue
-            host = counts[[t.slot for t in done]].cpu().numpy()  # the one wait for the device
-            counts[[t.slot for t in done]] = 0
+            host = torch.stack([c for t in done for c in (*t.held, counts[t.slot])]).cpu().numpy()  # the one wait
+            for t in done:
+                counts[t.slot].zero_()
             now = time.perf_counter()
             self._share_time(now - clock)
             clock = now
@@ -115,33 +126,42 @@ class Packer:
                 free.append(task.slot)
                 yield task.key, result, task.seconds
 
+    @staticmethod
+    def _next_request(task: _Task, counts: torch.Tensor) -> bool:
+        """Start the task's next request of a tuple, keeping the counts of the one just finished on
+        the device; False when there is none (its counts are to be read)."""
+        if not task.later:
+            return False
+        task.held.append(counts[task.slot].clone())
+        counts[task.slot].zero_()
+        task.todo = task.later.pop(0)
+        return True
+
     def _admit(self, procedure: Procedure, item: Item, slot: int) -> None:
         key, x, generator = item
         x = self.check_image(x)
         task = _Task(key, x, generator, procedure.steps(self.sigma), slot)
-        task.todo = next(task.steps)
+        task.ask(next(task.steps))
         self._tasks.append(task)
 
     def _pass(self, counts: torch.Tensor) -> None:
-        """One forward pass over the next samples of the tasks in flight, oldest first."""
+        """One forward pass over the next samples of the tasks in flight, oldest first; the votes
+        are added to each task's counts row on the device (nothing is copied to or from the host)."""
         shape = self._tasks[0].x.shape
         if self.buffer is None or self.buffer.shape[1:] != shape or len(self.buffer) < self.batch_size:
             self.buffer = None  # free the old one first
             self.buffer = torch.zeros((self.batch_size, *shape), dtype=self.dtype, device=self.device)
-        rows, owners = 0, []
+            self._owner = torch.zeros(self.batch_size, dtype=torch.long, device=self.device)
+        rows = 0
         for task in self._tasks:
             placed = self._place(task, rows)
-            if placed:
-                owners.append((task.slot, placed))
-                task.fresh_rows += placed
-                rows += placed
+            self._owner[rows:rows + placed].fill_(task.slot * (self.num_classes + 1))
+            task.fresh_rows += placed
+            rows += placed
             if rows == self.batch_size:
                 break
         size = self.batch_size if self.full else min(self.batch_size, max(rows, MIN_ROWS))
-        votes = self.votes(self.buffer[:size])[:rows]
-        slots = torch.tensor([s for s, _ in owners], device=self.device)
-        lengths = torch.tensor([k for _, k in owners], device=self.device)
-        index = torch.repeat_interleave(slots, lengths) * (self.num_classes + 1) + votes
+        index = self._owner[:rows] + self.votes(self.buffer[:size])[:rows]
         counts.view(-1).scatter_add_(0, index, torch.ones_like(index))
 
     def _place(self, task: _Task, start: int) -> int:
@@ -172,13 +192,16 @@ class Packer:
             t.fresh_rows = 0
 
     def _answer(self, done: List[_Task], host: np.ndarray) -> Iterator[Tuple[_Task, Any]]:
-        """Send each finished request its counts, then all the looks they ask for at once; yields
-        the tasks whose procedure returned, with the result."""
+        """Send each finished request its counts (a tuple's, all of them), then all the looks they
+        ask for at once; yields the tasks whose procedure returned, with the result."""
         replies: List[Any] = []
-        for task, row in zip(done, host):
-            requested = int(row.sum())
-            self.refuse(int(row[-1]), requested)
-            replies.append(row[:-1])
+        row = 0
+        for task in done:
+            mine = host[row:row + len(task.held) + 1]
+            row += len(mine)
+            for counts in mine:
+                self.refuse(int(counts[-1]), int(counts.sum()))
+            replies.append(tuple(c[:-1] for c in mine) if task.held else mine[0][:-1])
         while done:
             asking, looks = [], []
             for task, reply in zip(done, replies):
@@ -191,6 +214,5 @@ class Packer:
                     asking.append(task)
                     looks.append(request)
                 else:
-                    check(request >= 1, f"a procedure asked for {request} samples")
-                    task.todo = request
+                    task.ask(request)
             done, replies = asking, settle_looks(looks) if looks else []

@@ -1,7 +1,8 @@
 """Cohen et al.'s PREDICT and CERTIFY and the sequential modes, as procedures on one image.
 
 A procedure is a validated, frozen dataclass whose :meth:`steps` is a generator: it yields how
-many fresh noisy samples it needs next (and receives their counts [K], numpy int64) or a
+many fresh noisy samples it needs next (and receives their counts [K], numpy int64; a tuple of
+numbers is drawn back to back and answered with a tuple of counts) or a
 :class:`~rsmooth.smoothing.sequential.Look` (and receives its bounds), and returns the image's
 result.  Written this way, one procedure runs on one image (``Smooth.certify``) or on thousands at
 once (:mod:`rsmooth.smoothing.packing` fills each forward pass with samples of many images and
@@ -79,8 +80,7 @@ class Certify:
         _set(self, n0=validate_count("n0", self.n0), n=validate_count("n", self.n), alpha=validate_alpha(self.alpha))
 
     def steps(self, sigma: float) -> Steps:
-        counts0 = yield self.n0
-        counts = yield self.n
+        counts0, counts = yield self.n0, self.n  # drawn back to back, read once
         c_a = _top(counts0)
         p_lower = clopper_pearson_lower(int(counts[c_a]), self.n, self.alpha)
         if p_lower < 0.5:

@@ -451,7 +451,6 @@ class Smooth:
             label = smooth.predict(x, n=1000, alpha=0.001, batch_size=1000)
             ```
         """
-        self._check_range(_validate_input(x, 3, "x"), "x")
         return self._one(x, Predict(n, alpha), batch_size, generator)
 
     def certify(
@@ -487,7 +486,6 @@ class Smooth:
             label, radius = smooth.certify(x, n0=100, n=10_000, alpha=0.001, batch_size=1000)
             ```
         """
-        self._check_range(_validate_input(x, 3, "x"), "x")
         return self._one(x, Certify(n0, n, alpha), batch_size, generator)
 
     def certify_sequential(
@@ -539,7 +537,6 @@ class Smooth:
             ```
         """
         procedure = Sequential(n0, alpha, n_max, futility, radii)
-        self._check_range(_validate_input(x, 3, "x"), "x")
         return self._one(x, procedure, batch_size, generator)
 
     def certify_adaptive(
@@ -592,7 +589,6 @@ class Smooth:
             ```
         """
         procedure = Adaptive(n0, alpha, n_max, futility, radius_tol)
-        self._check_range(_validate_input(x, 3, "x"), "x")
         return self._one(x, procedure, batch_size, generator)
 
     def certify_batch(

@@ -90,7 +90,8 @@ def _best_size(smooth: Smooth, x: torch.Tensor, sizes: Sequence[int], rates: Dic
 
 def _same_votes(a: Smooth, b: Smooth, x: torch.Tensor, batch_size: int) -> int:
     """How many of ``batch_size`` noisy copies of ``x`` the two classify differently."""
-    batch = torch.randn((batch_size, *x.shape), generator=torch.Generator().manual_seed(0)).to(x) * a.sigma + x
+    g = torch.Generator(device=x.device).manual_seed(0)
+    batch = torch.randn((batch_size, *x.shape), generator=g, device=x.device, dtype=x.dtype) * a.sigma + x
     with a._eval(), b._eval():
         return int((a._votes(batch) != b._votes(batch)).sum())
 
