@@ -123,6 +123,7 @@ class DiffusionDenoiser(nn.Module):
         self.abar = torch.as_tensor(alphas_cumprod, dtype=torch.float64).cpu()
         check(self.abar.ndim == 1 and len(self.abar) > 0 and bool(((self.abar > 0) & (self.abar <= 1)).all()),
               "alphas_cumprod must be a 1-D schedule of values in (0, 1]")
+        self._abar = self.abar.tolist()  # Python floats: the arithmetic traces to constants (--compile)
         self.t_star, self.realised_sigma = choose_timestep(self.abar, sigma, rounding)
         self.timesteps = reverse_timesteps(self.t_star, steps)
         self.info: Dict[str, Any] = {"t": self.t_star, "realised_sigma": self.realised_sigma, "steps": steps,
@@ -130,7 +131,7 @@ class DiffusionDenoiser(nn.Module):
 
     def x0_hat(self, x_t: torch.Tensor, t: int) -> torch.Tensor:
         """(x_t - sqrt(1 - abar_t) eps(x_t, t)) / sqrt(abar_t), clamped to [-1, 1]."""
-        a = float(self.abar[t])
+        a = self._abar[t]
         eps = self.eps_model(x_t, t)
         return ((x_t - math.sqrt(1 - a) * eps) / math.sqrt(a)).clamp(-1, 1)
 
@@ -139,7 +140,7 @@ class DiffusionDenoiser(nn.Module):
         """A draw of x_s ~ q(x_s | x_t, x0) for s < t (Ho et al. 2020 eq. 6-7 with abar_t / abar_s in
         place of alpha_t, the respaced chain's step): mean c0 x0 + ct x_t, variance
         (1 - abar_s)/(1 - abar_t) (1 - abar_t/abar_s)."""
-        at, as_ = float(self.abar[t]), float(self.abar[s])
+        at, as_ = self._abar[t], self._abar[s]
         beta = 1 - at / as_
         c0 = math.sqrt(as_) * beta / (1 - at)
         ct = math.sqrt(at / as_) * (1 - as_) / (1 - at)
@@ -149,7 +150,7 @@ class DiffusionDenoiser(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         taus = self.timesteps
-        x_t = math.sqrt(float(self.abar[taus[0]])) * (2 * x - 1)
+        x_t = math.sqrt(self._abar[taus[0]]) * (2 * x - 1)
         gen = _input_generator(x) if len(taus) > 1 else None
         for i, t in enumerate(taus):
             x0 = self.x0_hat(x_t, t)
