@@ -96,3 +96,12 @@ def test_a_ddpm_trained_here_denoises_and_certifies(tmp_path):
     out = run_certification(str(tmp_path / "model.pt"), str(tmp_path / "c.tsv"), diffusion=str(tmp_path / "ddpm.pt"),
                             **{**RUN, "sigma": 0.5})
     assert read_sidecar(out)["diffusion_t"] == choose_timestep(abar, 0.5)[0]
+
+
+def test_sequential_and_bf16_run_behind_the_diffusion_model(files, tmp_path):
+    lines = []
+    run = {**RUN, "log": lines.append, "n": None}
+    out = run_certification(str(files / "model.pt"), str(tmp_path / "s.tsv"), diffusion=str(files / "ddpm.pt"),
+                            mode="sequential", radii=[0.1], n_max=60, precision="bf16", **run)
+    assert any(line.startswith("diffusion: sigma 0.25") and line.endswith(" at most") for line in lines)
+    assert read_sidecar(out)["diffusion_steps"] == 1 and len(read_certify_tsv(out)) == 3

@@ -81,7 +81,7 @@ class TinyUNet(nn.Module):
         self.out = nn.Sequential(nn.GroupNorm(8, w), nn.SiLU(), nn.Conv2d(w, in_channels, 3, padding=1))
 
     def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        emb = self.temb(timestep_embedding(t, self.width))
+        emb = self.temb(timestep_embedding(t, self.width).to(x.dtype))
         h1 = self.d1(self.inp(x), emb)
         h2 = self.d2(self.down1(h1), emb)
         h = self.mid(self.down2(h2), emb)
