@@ -71,9 +71,9 @@ def _add_diffusion_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--diffusion", metavar="PATH_OR_ID",
                    help="a diffusers UNet2DModel + DDPMScheduler folder saved with save_pretrained (or a cached hub "
                    "id; pip install 'rsmooth[diffusion]'), rsmooth's DDPM file (bench/train_ddpm.py), or "
-                   "package.module:factory returning (model, alphas_cumprod) with model(x_t, t) -> epsilon "
-                   "(improved/guided-diffusion: the epsilon half of a learned-variance output is used) (default: none, the "
-                   "classifier alone)")
+                   "package.module:factory returning (model, alphas_cumprod) with model(x_t, t) -> epsilon; "
+                   "of a learned-variance output (improved/guided-diffusion) the epsilon half is used (default: none, "
+                   "the classifier alone)")
     g.add_argument("--diffusion-steps", type=integer, default=1, metavar="K",
                    help="reverse-process steps from t* to 0 (evenly spaced, a UNet pass each; the noise of each "
                    "step seeded by the input); 1: the one-shot estimate above, the paper's default (default: 1)")
