@@ -234,8 +234,10 @@ def test_diffusers_class_conditional_needs_a_label(tmp_path):
 
 def test_missing_diffusers_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "diffusers", None)  # import diffusers raises ImportError
-    with pytest.raises(RsmoothError, match=r"pip install 'rsmooth\[diffusion\]'"):
+    with pytest.raises(RsmoothError, match=r"a diffusers folder needs the diffusers package: pip install 'rsmooth\[diffusion\]'"):
         load_diffusion(str(tmp_path))
+    with pytest.raises(RsmoothError, match="no file or folder of that name; as a hub id it needs the diffusers"):
+        load_diffusion(str(tmp_path / "ddpm.pt"))  # a typo in a path is not only a missing package
 
 
 @pytest.mark.slow  # imports diffusers (7 s)

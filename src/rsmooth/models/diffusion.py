@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -177,8 +178,6 @@ def load_diffusion(spec: str, *, class_label: Optional[int] = None) -> Tuple[Eps
     The caller names ``spec`` (a flag, an argument: never a file's record), so a factory is the
     user's choice (:mod:`rsmooth.trust`); :func:`rsmooth.engine.diffusion.with_diffusion` says so to
     the gate."""
-    import os
-
     record: Dict[str, Any] = {"diffusion": spec}
     if os.path.isfile(spec):
         from .unet import load_ddpm
@@ -224,7 +223,8 @@ def _from_diffusers(spec: str) -> Tuple[nn.Module, torch.Tensor, str, bool]:
     try:
         import diffusers
     except ImportError:
-        raise RsmoothError(f"--diffusion {spec}: a diffusers model needs the diffusers package: "
+        what = "a diffusers folder" if os.path.isdir(spec) else "no file or folder of that name; as a hub id it"
+        raise RsmoothError(f"--diffusion {spec}: {what} needs the diffusers package: "
                            f"pip install 'rsmooth[diffusion]'") from None
     parts = []
     for cls in (diffusers.UNet2DModel, diffusers.DDPMScheduler):
