@@ -12,7 +12,6 @@ from rsmooth.engine import CertifyJob, certify_corruptions, run_certification
 from rsmooth.engine.pipeline import run_pipeline
 from rsmooth.metrics import read_certify_tsv, read_sidecar
 from rsmooth.models import create_model
-from rsmooth.smoothing import DEFAULT_BATCH_SIZE
 
 QUIET = dict(progress=False, log=lambda s: None)
 
@@ -39,7 +38,7 @@ def test_run_certification_takes_exactly_the_job_fields():
 def test_job_checks_and_normalises_once():
     job = CertifyJob("ck", "o.tsv", mode="sequential", radii=[0.5, 0.25, 0.5], n_max=1e3, shard="1/2", skip=2.0)
     assert job.radii == [0.25, 0.5] and job.n is None and job.n_max == 1000 and job.radius_tol is None
-    assert job.shard == (1, 2) and job.skip == 2 and job.batch_size == DEFAULT_BATCH_SIZE and job.sequential
+    assert job.shard == (1, 2) and job.skip == 2 and job.batch_size is None and job.sequential
     other = dataclasses.replace(job, out="p.tsv", corruption="fog")  # checked again, unchanged
     assert dataclasses.replace(other, out="o.tsv", corruption=None) == job
     with pytest.raises(RsmoothError, match="n0 must be >= 1, got 0"):

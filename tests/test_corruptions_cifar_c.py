@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from rsmooth.corruptions import BENCHMARK, HELD_OUT, corrupt, get_suite
-from rsmooth.corruptions import cifar_c
+from rsmooth.corruptions import cifar_c, ops
 
 SUITE = get_suite("cifar10-c")
 NAMES = SUITE.names()
@@ -279,9 +279,37 @@ def test_blurs_keep_a_constant_image():
             np.testing.assert_allclose(y, x, atol=1e-9, err_msg=name)
 
 
-def test_motion_blur_is_8_bit():
-    y = cifar_c.motion_blur(scene(), 3, np.random.default_rng(0))
-    np.testing.assert_array_equal(y * 255, np.round(y * 255))
+def _imagemagick_levels(y):
+    """The 8-bit levels ImageMagick (Q16) writes for ``y`` in [0, 1], in integers: floor(round(65535 y) / 257)."""
+    return (np.floor(np.clip(y, 0, 1) * 65535 + 0.5).astype(np.int64)) // 257
+
+
+@pytest.mark.parametrize("severity", [1, 5])
+def test_motion_blur_is_imagemagicks_8_bit_export(severity):
+    """The blur read back as ImageMagick's 8-bit PNG, level for level, through corrupt()'s uint8."""
+    radius, sigma = [(6, 1), None, None, None, (9, 2.5)][severity - 1]
+    x = as_batch(scene())
+    y = cifar_c.motion_blur(x[0].transpose(1, 2, 0) / 255, severity, np.random.default_rng(4))
+    blurred = ops.motion_blur(x[0].transpose(1, 2, 0) / 255, radius, sigma, np.random.default_rng(4).uniform(-45, 45))
+    ref = _imagemagick_levels(blurred)
+    np.testing.assert_array_equal(np.clip(y, 0, 1) * 255, ref)
+    assert (ref != np.round(blurred * 255)).mean() > 0.2  # rounding would be a level high on many values
+
+
+def test_snow_layer_is_imagemagicks_8_bit_export():
+    """On a black image: (1 - blend) 0.5 plus the blurred layer and its 180-degree turn, the layer
+    drawn as snow draws it and exported by ImageMagick (integers)."""
+    x = np.zeros((32, 32, 3))
+    for severity in (2, 5):
+        mean, std, zoom, thr, radius, sigma, blend = [None, (0.1, 0.2, 1, 0.5, 10, 4, 0.9), None, None,
+                                                      (0.3, 0.3, 1.25, 0.65, 14, 12, 0.8)][severity - 1]
+        rng = np.random.default_rng(severity)
+        layer = ops.clipped_zoom(rng.normal(mean, std, (32, 32, 1)), zoom)
+        layer = np.floor(np.clip(np.where(layer < thr, 0, layer), 0, 1) * 255) / 255
+        levels = _imagemagick_levels(ops.motion_blur(layer, radius, sigma, rng.uniform(-135, -45))) / 255
+        ref = np.clip((1 - blend) * 0.5 + levels + levels[::-1, ::-1], 0, 1)
+        y = cifar_c.snow(x, severity, np.random.default_rng(severity))
+        np.testing.assert_allclose(y, np.broadcast_to(ref, y.shape), atol=1e-12)
 
 
 def test_snow_only_adds_to_the_brightened_image():
@@ -330,3 +358,54 @@ def test_equalize_hist_as_opencv():
     u = np.array([[0, 0, 1], [1, 1, 3]], dtype=np.uint8)  # 255 / 4 per level above the lowest
     np.testing.assert_array_equal(cifar_c._equalize_hist(u), [[0, 0, 191], [191, 191, 255]])
     np.testing.assert_array_equal(cifar_c._equalize_hist(np.full((3, 3), 7, np.uint8)), np.full((3, 3), 7))
+
+
+# make_cifar_c's water (spatter severities 1-3) on hand-made liquid layers (8x10; a 4x5 block of
+# drops rising by 0.02 (A) or 0.03 from 0.95 (B: every drop >= 256/255, so the authors' uint8 cast
+# wraps it to 24..78) on an image of constant level 40, intensity 0.5): the green channel
+# (40 + 238 m) as the authors' code computes it with OpenCV (opencv-python-headless 5.0, with and
+# without IPP alike), rows 2-5 of columns 3-7 (the rest stays 40).
+_WATER_A = [[40, 40, 40, 53, 92], [40, 40, 40, 68, 111], [53, 67, 81, 111, 141], [80, 109, 125, 141, 159]]
+_WATER_B = [[40, 40, 40, 48, 79], [40, 40, 40, 61, 99], [47, 58, 71, 99, 133], [66, 92, 110, 133, 159]]
+
+
+@pytest.mark.parametrize("base, rise, ref", [(0.7, 0.02, _WATER_A), (0.95, 0.03, _WATER_B)])
+def test_water_equals_the_authors_opencv_pipeline(base, rise, ref):
+    r, c = np.mgrid[0:8, 0:10]
+    block = (r >= 2) & (r <= 5) & (c >= 3) & (c <= 7)
+    liquid = np.where(block, base + rise * (r + c), 0.0)
+    y = (cifar_c._water(np.full((8, 10, 3), 40 / 255), liquid, 0.5) * 255).astype(np.uint8)
+    expected = np.full((8, 10), 40)
+    expected[2:6, 3:8] = ref
+    np.testing.assert_array_equal(y[..., 1], expected)
+
+
+def _opencv_water(x8, liquid, k, cv2):
+    """The water of make_cifar_c's spatter with OpenCV (float32, as there), as uint8."""
+    drops = (np.floor(liquid * 255) % 256).astype(np.uint8)
+    far = cv2.distanceTransform(np.where(cv2.Canny(drops, 50, 150) > 0, 0, 255).astype(np.uint8), cv2.DIST_L2, 5)
+    shade = cv2.equalizeHist(cv2.blur(np.minimum(far, np.float32(20)), (3, 3)).astype(np.uint8))
+    shade = cv2.blur(cv2.filter2D(shade, cv2.CV_8U, np.array([[-2, -1, 0], [-1, 1, 1], [0, 1, 2]])), (3, 3))
+    m = drops * shade.astype(np.float32)
+    m = m / m.max() * np.float32(k)
+    colour = (np.array([175, 238, 238]) / 255.0).astype(np.float32)
+    y = np.clip(x8.astype(np.float32) / 255 + m[..., None] * colour, 0, 1) * 255
+    return y.astype(np.uint8)
+
+
+def test_spatter_water_equals_opencv_within_float32_rounding():
+    """Severities 1-3 against the same pipeline run by OpenCV where it is installed: equal but for
+    float32 against float64 rounding (one level, on a few values in a million)."""
+    cv2 = pytest.importorskip("cv2")
+    differing = 0
+    for severity, (mean, std, sigma, thr) in enumerate([(0.62, 0.1, 0.7, 0.7), (0.65, 0.1, 0.8, 0.7),
+                                                        (0.65, 0.3, 1, 0.69)], start=1):
+        for seed in range(12):
+            x8 = np.random.default_rng(100 + seed).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+            liquid = ops.gaussian(np.random.default_rng(seed).normal(mean, std, (32, 32)), sigma)
+            liquid[liquid < thr] = 0
+            y = cifar_c.spatter(x8 / 255, severity, np.random.default_rng(seed))
+            d = np.abs((y * 255).astype(np.uint8).astype(int) - _opencv_water(x8, liquid, 0.5, cv2))
+            assert d.max() <= 1
+            differing += (d > 0).sum()
+    assert differing <= 3

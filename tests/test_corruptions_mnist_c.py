@@ -122,7 +122,33 @@ def test_stripe_inverts_the_outer_quarters(size, left, right):
     ref = x.copy()
     ref[:, :left] = 1 - x[:, :left]
     ref[:, right:] = 1 - x[:, right:]
-    np.testing.assert_array_equal(_call("stripe", x, None), ref)
+    np.testing.assert_allclose(_call("stripe", x, None), ref, atol=1e-15)
+
+
+def test_stripe_is_255_minus_the_level_for_every_level():
+    """The authors' 255 - x in integers: 59 -> 196 (1 - x in floats, truncated, gave 195)."""
+    y = run(np.full((1, 1, 28, 28), 59, np.uint8), "stripe")
+    assert (y[0, 0, :, :7] == 196).all() and (y[0, 0, :, 7:21] == 59).all() and (y[0, 0, :, 21:] == 196).all()
+    u = (np.arange(10 * 28) % 256).astype(np.uint8).reshape(1, 1, 10, 28)
+    for k in range(28):  # every level in every column
+        v = np.roll(u, k, axis=3)
+        ref = v.astype(int)
+        ref[..., :7] = 255 - ref[..., :7]
+        ref[..., 21:] = 255 - ref[..., 21:]
+        np.testing.assert_array_equal(run(v, "stripe"), ref)
+
+
+@pytest.mark.parametrize("severity", [1, 4])
+def test_motion_blur_is_imagemagicks_8_bit_export(severity):
+    """The authors read the blur back from ImageMagick's 8-bit PNG: floor(round(65535 y) / 257)."""
+    from rsmooth.corruptions.ops import motion_blur
+    radius, sigma = {1: (10, 3), 4: (15, 12)}[severity]
+    x = digits()[2].transpose(1, 2, 0) / 255
+    blurred = motion_blur(x, radius, sigma, np.random.default_rng(3).uniform(-45, 45))
+    ref = (np.floor(blurred * 65535 + 0.5).astype(np.int64)) // 257
+    y = _call("motion_blur", x, severity, seed=3)
+    np.testing.assert_array_equal(y * 255, ref)
+    assert (ref != np.round(blurred * 255)).any()
 
 
 def test_translate_shifts_by_whole_pixels_at_28():
@@ -169,3 +195,12 @@ def test_glass_blur_blurs_grey_images_vertically_only_as_the_authors_call_does()
     assert np.all(y[:, :12] == 0) and np.all(y[:, 17:] == 0) and y[:, 13:16].sum() > 20
     colour = _call("glass_blur", np.repeat(x, 3, axis=2), 1)  # colour images are blurred in both directions
     assert (colour[:, :12] > 0).any()
+
+
+@pytest.mark.parametrize("name", ["shear", "scale", "rotate"])
+def test_geometric_corruptions_keep_blends_below_the_minimum_as_new_scikit_image(name):
+    """scikit-image >= 0.19.3 (documented): pixels blending a grey image of minimum 0.5 with the zero
+    outside stay between 0 and 0.5, where the authors' 2019 release raised them to 0.5."""
+    y = _call(name, np.full((28, 28, 1), 0.5), 3, seed=1)
+    assert ((y > 0.01) & (y < 0.49)).any()
+    assert "scikit-image >= 0.19.3" in " ".join(SUITE.get(name).fn.__doc__.split())

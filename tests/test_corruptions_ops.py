@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from rsmooth.corruptions.ops import (affine_about_center, canny, clipped_zoom, gaussian, line_from_points,
-                                     motion_blur, plasma_fractal, warp_affine)
+from rsmooth.corruptions.ops import (affine_about_center, canny, clipped_zoom, gaussian, imagemagick_8bit,
+                                     line_from_points, motion_blur, opencv_canny, opencv_distance_5x5, plasma_fractal,
+                                     warp_affine)
 
 
 def _rng(seed=0):
@@ -155,3 +156,98 @@ def test_motion_blur_without_radius_takes_imagemagicks_width(sigma):
 
     # the widest odd width whose edge weight stays at least one 16-bit quantum
     assert width % 2 == 1 and edge_weight(width) >= 1 / 65535 > edge_weight(width + 2)
+
+
+def test_imagemagick_8bit_export_by_hand():
+    """q = round(65535 x), level floor(q / 257): 100.6 and 100.99 go down to 100 (rounding gives 101);
+    100.999 is within half a 16-bit step of 101 and gives 101; 8-bit levels are unchanged."""
+    levels = np.arange(256)
+    np.testing.assert_array_equal(imagemagick_8bit(levels / 255) * 255, levels)
+    x = np.array([100.6, 100.99, 100.999, 0.4, 254.7]) / 255
+    np.testing.assert_array_equal(imagemagick_8bit(x) * 255, [100, 100, 101, 0, 254])
+    y = _rng().random(1000)
+    ints = np.array([int(v * 65535 + 0.5) // 257 for v in y])  # integer arithmetic, as ImageMagick's
+    np.testing.assert_array_equal(imagemagick_8bit(y) * 255, ints)
+
+
+@pytest.mark.parametrize("step, edges", [(12, False), (13, False), (38, True)])
+def test_opencv_canny_of_a_step_by_hand(step, edges):
+    """Columns 0-2 dark, 3-5 at ``step``: Sobel |dx| = 4 step at columns 2 and 3, |dy| = 0 (replicated
+    rows).  A maximum is > its left and >= its right neighbour: column 2 only, on every row,
+    border rows included.  Edges need 4 step > 150 (step 38); 52 (step 13) is above the low
+    threshold 50 but has no strong pixel."""
+    u = np.zeros((6, 6), dtype=np.uint8)
+    u[:, 3:] = step
+    ref = np.zeros((6, 6), dtype=bool)
+    ref[:, 2] = edges
+    np.testing.assert_array_equal(opencv_canny(u, 50, 150), ref)
+
+
+def test_opencv_canny_hysteresis_follows_weak_maxima_from_a_strong_one():
+    """A vertical step whose lower half is weak (4 x 20 = 80 > 50) continues a strong upper half
+    (4 x 40 = 160 > 150) and is kept; a separate weak step (column 8) is dropped, and so is the
+    whole first step when its upper half is weak too."""
+    u = np.zeros((8, 12), dtype=np.uint8)
+    u[:4, 3:6], u[4:, 3:6] = 40, 20
+    u[:, 9:] = 20
+    edges = opencv_canny(u, 50, 150)
+    assert edges[:3, 2].all() and edges[5:, 2].all() and not edges[:, 6:].any()
+    u[:4, 3:6] = 20
+    assert not opencv_canny(u, 50, 150).any()
+
+
+# OpenCV's 5x5 chamfer weights in 16-bit fixed point: round(65536 float32(m)) for m = 1, 1.4, 2.1969
+_A, _B, _C = 65536, 91750, 143976
+
+
+def _chamfer(dr, dc):
+    """The chamfer length of the offset: knight's moves (C) and straight (A) or diagonal (B) steps."""
+    p, q = max(abs(dr), abs(dc)), min(abs(dr), abs(dc))
+    return (_C * q + _A * (p - 2 * q)) if p >= 2 * q else (_C * (p - q) + _B * (2 * q - p))
+
+
+def test_opencv_distance_5x5_of_one_point_by_hand():
+    zero = np.zeros((7, 7), dtype=bool)
+    zero[3, 3] = True
+    d = opencv_distance_5x5(zero)
+    assert d.dtype == np.float32
+    hand = {(0, 0): 0, (0, 1): _A, (1, 1): _B, (0, 2): 2 * _A, (1, 2): _C, (2, 2): 2 * _B, (0, 3): 3 * _A,
+            (1, 3): _C + _A, (2, 3): _C + _B, (3, 3): 3 * _B}
+    for (dr, dc), v in hand.items():
+        for r, c in {(3 + dr, 3 + dc), (3 - dc, 3 + dr), (3 - dr, 3 - dc), (3 + dc, 3 - dr)}:
+            assert d[r, c] == np.float32(v / 65536), (r, c)
+
+
+def test_opencv_distance_5x5_is_the_chamfer_length_to_the_nearest_zero():
+    """Two raster passes against the brute-force minimum over all zero pixels."""
+    for seed in range(4):
+        zero = _rng(seed).random((11, 14)) < 0.04
+        zero[5, 6] = True
+        zr, zc = np.nonzero(zero)
+        ref = [[min(_chamfer(r - a, c - b) for a, b in zip(zr, zc)) for c in range(14)] for r in range(11)]
+        np.testing.assert_array_equal(opencv_distance_5x5(zero), np.float32(np.array(ref) / 65536))
+
+
+def _drop_layers(n):
+    for seed in range(n):
+        liquid = gaussian(_rng(seed).normal(0.65, 0.3, (32, 32)), 1.0)
+        liquid[liquid < 0.69] = 0
+        yield (np.floor(liquid * 255) % 256).astype(np.uint8)
+
+
+def test_opencv_canny_and_distance_equal_opencv():
+    """Against OpenCV itself where it is installed (``pip install 'rsmooth[opencv]'``)."""
+    cv2 = pytest.importorskip("cv2")
+    for u in _drop_layers(40):
+        edges = cv2.Canny(u, 50, 150) > 0
+        np.testing.assert_array_equal(opencv_canny(u, 50, 150), edges)
+        src = np.where(edges, 0, 255).astype(np.uint8)
+        ours = np.minimum(opencv_distance_5x5(edges), 1e4)
+        use_ipp = cv2.ipp.useIPP()
+        try:
+            cv2.ipp.setUseIPP(False)  # OpenCV's own code: the same integers
+            np.testing.assert_array_equal(ours, np.minimum(cv2.distanceTransform(src, cv2.DIST_L2, 5), 1e4))
+            cv2.ipp.setUseIPP(True)  # Intel IPP: the float32 sums of the same moves
+            np.testing.assert_allclose(ours, np.minimum(cv2.distanceTransform(src, cv2.DIST_L2, 5), 1e4), atol=1e-4)
+        finally:
+            cv2.ipp.setUseIPP(use_ipp)

@@ -1,5 +1,5 @@
-"""Tried as a new user would: the README's Python block, progress and ETA, method statistics,
-the demo's settings, resuming to fewer epochs, radii in the reference scripts' 1/256 units."""
+"""Tried as a new user would: the README's and the getting-started page's Python blocks, progress
+and ETA, method statistics, the demo's settings, resuming to fewer epochs, radii in the reference scripts' 1/256 units."""
 import functools
 import io
 import json
@@ -29,18 +29,29 @@ QUIET = dict(progress=False, log=lambda s: None)
 # -- the README ----------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_readme_python_block_runs(tmp_path, monkeypatch, capsys):
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    assert blocks and "from rsmooth import" in blocks[0] and "load_model" in blocks[0]
+def test_readme_and_getting_started_python_blocks_run(tmp_path, monkeypatch, capsys):
+    """The README's 10-line example, then the Python blocks of docs/getting-started.md (where the
+    README's longer ones moved), in one folder: the second reuses the run the first trained."""
+    (example,) = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert len(example.strip().splitlines()) <= 10 and "Smooth" in example
     monkeypatch.chdir(tmp_path)
+    readme: dict = {}
+    exec(compile(example, "README.md", "exec"), readme)
+    first = readme["records"]
+    assert [r["index"] for r in first] == list(range(8)) and {"predict", "radius", "correct"} <= set(first[0])
+    assert str(first[0]) in capsys.readouterr().out
+    page = ROOT / "docs" / "getting-started.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+    assert blocks and "from rsmooth import" in blocks[0] and "load_model" in blocks[0]
     scope: dict = {}
-    exec(compile(blocks[0], "README.md", "exec"), scope)
+    exec(compile(blocks[0], str(page), "exec"), scope)
     assert scope["votes"].shape == (8, 10) and int(scope["votes"].sum()) == 8 * 1000
     assert scope["loaded"].sigma == 0.25 and scope["loaded"].num_classes == 10
     assert re.search(r"certified -?\d+ with l2 radius \d\.\d{3}", capsys.readouterr().out)
-    exec(compile(blocks[1], "README.md", "exec"), scope)  # the three lines of Smooth.certify_batch
+    exec(compile(blocks[1], str(page), "exec"), scope)  # the three lines of Smooth.certify_batch
     records = scope["records"]
     assert [r["index"] for r in records] == list(range(8)) and {"predict", "radius", "correct"} <= set(records[0])
+    assert records == first  # the same run, images, n and seed: the same certificates
 
 
 def test_package_exports_load_model_and_ships_types():

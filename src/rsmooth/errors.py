@@ -6,7 +6,20 @@ exits with status 2, never a traceback.
 
 
 class RsmoothError(ValueError):
-    """A problem with the user's input (arguments, files, data), not a bug."""
+    """A problem with the user's input (arguments, files, data), not a bug.
+
+    Its message is one line saying what is wrong and how to fix it; the command line prints it as
+    ``rsmooth: error: <message>`` and exits with status 2, without a traceback.  A subclass of
+    ``ValueError``, so ``except ValueError`` catches it too.
+
+    Example:
+        ```python
+        try:
+            rsmooth.get_dataset("digits", "validation")
+        except rsmooth.RsmoothError as e:
+            print(e)          # one line naming the splits there are
+        ```
+    """
 
 
 def check(condition: bool, message: str) -> None:

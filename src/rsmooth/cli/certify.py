@@ -8,7 +8,7 @@ from typing import Any, Dict
 from ..errors import RsmoothError
 from .flags import (DEFAULT_N, TRUST_PICKLE, UNITS, add_arch_flags, add_certify_options, add_common_data,
                     add_corruption_flags, add_foreign_flags, add_heartbeat_flag, add_sequential_flags,
-                    add_trust_code_flag, batch_help, integer, model_options)
+                    add_trust_code_flag, auto_batch_help, batch_size, integer, model_options)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -33,7 +33,7 @@ def _add_mode(sub: argparse._SubParsersAction, name: str, helptext: str) -> None
     c.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE)
     add_trust_code_flag(c)
     add_certify_options(c, name)
-    c.add_argument("--batch-size", type=integer, help=batch_help())
+    c.add_argument("--batch-size", type=batch_size, default="auto", help=auto_batch_help())
     c.add_argument("--seed", type=int, default=0,
                    help="noise seed; example i uses a stream derived from (seed, i) (default: 0)")
     c.add_argument("--compile", action="store_true", help="compile the noisy forward pass (torch.export + inductor with frozen weights; seconds to start, then faster; recorded in OUT.json)")

@@ -182,6 +182,17 @@ def add_common_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
 
 
+def batch_size(text: str):
+    """``auto`` or a positive integer (what ``--batch-size`` takes)."""
+    return "auto" if text == "auto" else integer(text)
+
+
+def auto_batch_help() -> str:
+    return ("noisy inputs per forward pass, or auto (default): measured at the start for the model and device "
+            "(a few passes at growing sizes; skipped for jobs under 500,000 samples, which take 256). Results do "
+            "not depend on it: each image's noise is drawn in blocks of 256 copies, and many images share a pass")
+
+
 def batch_help() -> str:
     from ..smoothing import DEFAULT_BATCH_SIZE
 
@@ -210,7 +221,9 @@ def add_certify_options(p: argparse.ArgumentParser, mode: str) -> None:
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                    help="bf16: weights and noisy inputs in bfloat16 (faster on AMX CPUs; recorded in OUT.json); "
                    "default: fp32")
-    p.add_argument("--channels-last", action="store_true", help="channels-last memory format (faster convolutions on CPU)")
+    p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
+                   help="channels-last memory format for the convolutions (default: measured at the start, kept "
+                   "when faster and its votes equal NCHW's; recorded in OUT.json)")
 
 
 def add_sequential_flags(p: argparse.ArgumentParser) -> None:
@@ -221,7 +234,7 @@ def add_sequential_flags(p: argparse.ArgumentParser) -> None:
         "when the data choose when to stop (Voracek 2024, arXiv 2406.17830). The lower bound certifies "
         "(--alpha covers every radius and every stop at once); an upper bound at level --futility stops work "
         "on radii that its lower bound would not certify with --n-max samples (fixed certify --n N_MAX, "
-        "whose bound is about 1.5x tighter, certifies some of them: see the README). OUT keeps its columns (radius: the certified "
+        "whose bound is about 1.5x tighter, certifies some of them: see docs/guide/certify.md). OUT keeps its columns (radius: the certified "
         "radius, 0 with predict -1 when none); each example's samples (n0 + n), bounds and decisions go to "
         "OUT.seq (tab-separated; runs of earlier versions wrote OUT.seq.tsv, renamed when resumed)")
     g.add_argument("--sequential", action="store_true",

@@ -14,7 +14,9 @@ A corruption is a pure function ``fn(x, severity, rng) -> y`` of one image ``x``
 [H, W, C] in [0, 1]) drawing its randomness from ``rng`` (a ``numpy.random.Generator``); it
 returns an array of the same shape (values are clipped to [0, 1] by :func:`corrupt`).
 :func:`corrupt` seeds one generator per example from ``(seed, suite, name, severity, index)``,
-so an image's corruption does not depend on the batch, the order or the process it is made in.
+so an image's corruption does not depend on the batch, the order, the process it is made in or the
+memory layout of the array (each image is copied to a contiguous ``[H, W, C]`` array, as the
+authors' ``np.array(image)``).
 
 Example::
 
@@ -93,7 +95,7 @@ def corrupt(images: np.ndarray, name: str, severity: Optional[int], *, suite: st
     out = np.empty(images.shape, dtype=np.uint8)
     for k, i in enumerate(idx):
         rng = np.random.default_rng(derive_seed(seed, "corrupt", suite, name, level, int(i)))
-        hwc = x[k].transpose(1, 2, 0)
+        hwc = np.ascontiguousarray(x[k].transpose(1, 2, 0))  # the authors' layout, whatever the input's
         y = np.asarray(c.fn(hwc, level, rng), dtype=np.float64)
         check(y.shape == hwc.shape, f"corruption {name} returned shape {y.shape} for an image of shape {hwc.shape}")
         out[k] = (np.clip(y, 0.0, 1.0) * 255.0).astype(np.uint8).transpose(2, 0, 1)

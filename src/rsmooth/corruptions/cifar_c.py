@@ -16,17 +16,12 @@ image given as ``uint8 / 255`` round-trips exactly) and to the random streams (N
 ``Generator`` here, the legacy global state there): the noises, ``contrast``, ``brightness`` and
 ``saturate`` (scikit-image's HSV conversion), ``pixelate`` and ``jpeg_compression`` (Pillow, as
 the authors), ``defocus_blur`` (OpenCV's kernel and border rule), ``elastic_transform``
-(OpenCV's affine warp, sample positions rounded to 1/32 pixel as it does) and, given the shared
-primitives of :mod:`rsmooth.corruptions.ops`, ``gaussian_blur``, ``glass_blur``, ``zoom_blur``,
-``fog`` and the mud of ``spatter`` (severities 4-5).
-
-Approximated: ``motion_blur`` and ``snow`` use :func:`ops.motion_blur`, a NumPy rendering of
-ImageMagick's ``MotionBlurImage`` (rounded to 8 bits as the authors' PNG round trip); the water
-of ``spatter`` (severities 1-3) finds the drops' edges with :func:`ops.canny` (scikit-image's
-Canny: interpolated non-maximum suppression, L2 gradient norm, no border edges) where the authors
-call OpenCV's Canny (L1 norm), and measures the distance to them exactly where OpenCV's
-``distanceTransform`` uses a 5x5 chamfer approximation; the rest of that pipeline (box blurs,
-histogram equalisation, emboss kernel, uint8 steps) follows OpenCV.
+(OpenCV's affine warp, sample positions rounded to 1/32 pixel as it does), ``motion_blur`` and
+``snow`` (a NumPy rendering of ImageMagick's ``MotionBlurImage`` and of its 8-bit export,
+:func:`ops.imagemagick_8bit`), ``spatter`` (OpenCV's Canny and 5x5 chamfer distance transform in
+its integer arithmetic, :func:`ops.opencv_canny` and :func:`ops.opencv_distance_5x5`) and, given
+the shared primitives of :mod:`rsmooth.corruptions.ops`, ``gaussian_blur``, ``glass_blur``,
+``zoom_blur`` and ``fog``.  ``bench/corruption_agreement.py`` measures what is left.
 """
 from __future__ import annotations
 
@@ -117,11 +112,6 @@ def _box3(x: np.ndarray) -> np.ndarray:
     return ndimage.correlate(x, np.ones((3, 3)), mode="mirror") / 9.0
 
 
-def _png_round_trip(x: np.ndarray) -> np.ndarray:
-    """``x`` rounded to 8 bits, as the authors' ImageMagick output read back from a PNG."""
-    return np.round(np.clip(x, 0.0, 1.0) * 255.0) / 255.0
-
-
 #: cv2.COLOR_RGB2GRAY's weights
 _LUMA = np.array([0.299, 0.587, 0.114])
 
@@ -207,9 +197,10 @@ def glass_blur(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.nda
 @suite.register("motion_blur")
 def motion_blur(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
     """ImageMagick motion blur at an angle drawn from U(-45, 45) degrees; (radius, sigma) =
-    [(6, 1), (6, 1.5), (6, 2), (8, 2), (9, 2.5)]."""
+    [(6, 1), (6, 1.5), (6, 2), (8, 2), (9, 2.5)], read back from ImageMagick's 8-bit PNG
+    (:func:`ops.imagemagick_8bit`)."""
     radius, sigma = [(6, 1), (6, 1.5), (6, 2), (8, 2), (9, 2.5)][severity - 1]
-    return _png_round_trip(ops.motion_blur(x, radius, sigma, rng.uniform(-45, 45)))
+    return ops.imagemagick_8bit(ops.motion_blur(x, radius, sigma, rng.uniform(-45, 45)))
 
 
 @suite.register("zoom_blur")
@@ -226,14 +217,15 @@ def snow(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
     """Motion-blurred zoomed Gaussian flakes added twice (the layer and its 180-degree rotation)
     to a brightened image; (mean, std, zoom, threshold, blur radius, blur sigma, blend) =
     [(0.1, 0.2, 1, 0.6, 8, 3, 0.95), (0.1, 0.2, 1, 0.5, 10, 4, 0.9), (0.15, 0.3, 1.75, 0.55, 10, 4, 0.9),
-    (0.25, 0.3, 2.25, 0.6, 12, 6, 0.85), (0.3, 0.3, 1.25, 0.65, 14, 12, 0.8)]; blur angle U(-135, -45)."""
+    (0.25, 0.3, 2.25, 0.6, 12, 6, 0.85), (0.3, 0.3, 1.25, 0.65, 14, 12, 0.8)]; blur angle U(-135, -45),
+    the blurred layer read back from ImageMagick's 8-bit PNG."""
     mean, std, zoom, threshold, radius, sigma, blend = [
         (0.1, 0.2, 1, 0.6, 8, 3, 0.95), (0.1, 0.2, 1, 0.5, 10, 4, 0.9), (0.15, 0.3, 1.75, 0.55, 10, 4, 0.9),
         (0.25, 0.3, 2.25, 0.6, 12, 6, 0.85), (0.3, 0.3, 1.25, 0.65, 14, 12, 0.8)][severity - 1]
     layer = ops.clipped_zoom(rng.normal(loc=mean, scale=std, size=x.shape[:2] + (1,)), zoom)
     layer[layer < threshold] = 0
     layer = (np.clip(layer, 0.0, 1.0) * 255.0).astype(np.uint8) / 255.0  # the authors' grey PNG
-    layer = _png_round_trip(ops.motion_blur(layer, radius, sigma, rng.uniform(-135, -45)))
+    layer = ops.imagemagick_8bit(ops.motion_blur(layer, radius, sigma, rng.uniform(-135, -45)))
     x = blend * x + (1 - blend) * np.maximum(x, _luminance(x) * 1.5 + 0.5)
     return np.clip(x + layer + np.rot90(layer, k=2), 0.0, 1.0)
 
@@ -338,11 +330,12 @@ def spatter(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarra
     (0.65, 0.1, 0.8, 0.7, 0.5, 0), (0.65, 0.3, 1, 0.69, 0.5, 0), (0.65, 0.1, 0.7, 0.69, 0.6, 1),
     (0.65, 0.1, 0.5, 0.68, 0.6, 1)].
 
-    Water: the drops' edges (OpenCV ``Canny(50, 150)`` in the authors' code, here
-    :func:`ops.canny` with no smoothing and the L2 gradient norm), the distance to them (OpenCV's
-    5x5 chamfer approximation there, the exact Euclidean distance here) truncated at 20, box blur,
-    histogram equalisation, an emboss kernel and a box blur (as OpenCV on uint8) shade pale
-    turquoise drops.  Mud: drops smoothed by ``mud sigma``, kept where >= 0.8, painted brown.
+    Water, as the authors' OpenCV calls: the drops as uint8 ``(liquid * 255).astype(np.uint8)``,
+    which wraps modulo 256 where ``liquid >= 256 / 255`` (severity 3; the authors' behaviour, kept),
+    their edges (``Canny(50, 150)``, :func:`ops.opencv_canny`), the distance to them (5x5 chamfer,
+    :func:`ops.opencv_distance_5x5`) truncated at 20, box blur to uint8, histogram equalisation,
+    an emboss kernel and a box blur (as OpenCV on uint8) shade pale turquoise drops.  Mud: drops
+    smoothed by ``mud sigma``, kept where >= 0.8, painted brown.
     """
     mean, std, sigma, threshold, k, mud = [(0.62, 0.1, 0.7, 0.7, 0.5, 0), (0.65, 0.1, 0.8, 0.7, 0.5, 0),
                                            (0.65, 0.3, 1, 0.69, 0.5, 0), (0.65, 0.1, 0.7, 0.69, 0.6, 1),
@@ -354,10 +347,14 @@ def spatter(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarra
         m[m < 0.8] = 0
         m = m[..., None]
         return np.clip(x * (1 - m) + m * _colour((63, 42, 20), x.shape[2]), 0.0, 1.0)
-    drops = np.floor(np.clip(liquid * 255.0, 0, 255))  # the authors' uint8 layer
-    edges = ops.canny(drops, 0.0, 50, 150)
-    dist = np.minimum(ndimage.distance_transform_edt(~edges), 20.0) if edges.any() else np.full(drops.shape, 20.0)
-    dist = _box3(dist).astype(np.uint8)
+    return _water(x, liquid, k)
+
+
+def _water(x: np.ndarray, liquid: np.ndarray, k: float) -> np.ndarray:
+    """``spatter``'s water drops from the thresholded liquid layer (``[H, W]``, >= 0), at intensity ``k``."""
+    drops = np.floor(liquid * 255.0) % 256  # the authors' uint8 cast: 256 and above wrap
+    dist = np.minimum(ops.opencv_distance_5x5(ops.opencv_canny(drops, 50, 150)), 20.0)
+    dist = _box3(dist.astype(np.float64)).astype(np.uint8)
     dist = _equalize_hist(dist).astype(np.float64)
     emboss = np.array([[-2, -1, 0], [-1, 1, 1], [0, 1, 2]], dtype=np.float64)
     dist = np.clip(ndimage.correlate(dist, emboss, mode="mirror"), 0, 255)

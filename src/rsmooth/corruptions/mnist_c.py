@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .suites import SUITES
-from .ops import affine_about_center, canny, gaussian, line_from_points, motion_blur as _motion_blur
+from .ops import affine_about_center, canny, gaussian, imagemagick_8bit, line_from_points, motion_blur as _motion_blur
 from .ops import plasma_fractal, warp_affine
 
 suite = SUITES["mnist-c"]
@@ -79,32 +79,47 @@ def glass_blur(x, severity, rng):
 @suite.register("motion_blur", default=1)
 def motion_blur(x, severity, rng):
     """ImageMagick motion blur at an angle drawn from U(-45, 45) degrees; (radius, sigma) =
-    (10, 3), (15, 5), (15, 8), (15, 12), (20, 15)."""
+    (10, 3), (15, 5), (15, 8), (15, 12), (20, 15); read back from ImageMagick's 8-bit PNG
+    (:func:`~rsmooth.corruptions.ops.imagemagick_8bit`), as the authors' ``cv2.imdecode``."""
     radius, sigma = [(10, 3), (15, 5), (15, 8), (15, 12), (20, 15)][severity - 1]
-    return _motion_blur(x, radius, sigma, rng.uniform(-45, 45))
+    return imagemagick_8bit(_motion_blur(x, radius, sigma, rng.uniform(-45, 45)))
 
 
 def _affine(x, **kw):
+    """``skimage.transform.warp`` about the centre (bilinear, zero outside) as scikit-image >= 0.19.3,
+    whose clipping range includes the zero fill.  The authors' 2019 scikit-image clipped to the
+    input's own range, sparing only pixels wholly outside: on an image whose minimum is above 0,
+    pixels blending it with the zero outside were raised to that minimum (up to 40 levels, on 4-14%
+    of the values of such images).  No MNIST or Fashion-MNIST test image has a minimum above 0."""
     return warp_affine(x, affine_about_center(x.shape[0], x.shape[1], **kw))
 
 
 @suite.register("shear", default=2)
 def shear(x, severity, rng):
-    """Shear about the centre by +-c (sign drawn at random); c = 0.2, 0.4, 0.6, 0.8, 1."""
+    """Shear about the centre by +-c (sign drawn at random); c = 0.2, 0.4, 0.6, 0.8, 1.
+
+    On grey images whose minimum is above 0 this follows scikit-image >= 0.19.3, not the authors'
+    2019 release, which clipped to the input's range (see :func:`_affine`)."""
     c = [0.2, 0.4, 0.6, 0.8, 1.][severity - 1] * rng.choice([-1, 1])
     return _affine(x, shear=c)
 
 
 @suite.register("scale", default=3)
 def scale(x, severity, rng):
-    """Shrink about the centre (inverse map scaled by c); c = 1/.9, 1/.8, 1/.7, 1/.6, 1/.5."""
+    """Shrink about the centre (inverse map scaled by c); c = 1/.9, 1/.8, 1/.7, 1/.6, 1/.5.
+
+    On grey images whose minimum is above 0 this follows scikit-image >= 0.19.3, not the authors'
+    2019 release, which clipped to the input's range (see :func:`_affine`)."""
     c = 1 / [.9, .8, .7, .6, .5][severity - 1]
     return _affine(x, scale=(c, c))
 
 
 @suite.register("rotate", default=2)
 def rotate(x, severity, rng):
-    """Rotate about the centre by +-c radians (sign drawn at random); c = 0.2, 0.4, 0.6, 0.8, 1."""
+    """Rotate about the centre by +-c radians (sign drawn at random); c = 0.2, 0.4, 0.6, 0.8, 1.
+
+    On grey images whose minimum is above 0 this follows scikit-image >= 0.19.3, not the authors'
+    2019 release, which clipped to the input's range (see :func:`_affine`)."""
     c = [0.2, 0.4, 0.6, 0.8, 1.][severity - 1] * rng.choice([-1, 1])
     return _affine(x, rotation=c)
 
@@ -132,12 +147,14 @@ def translate(x, severity, rng):
 
 @suite.register("stripe", severities=())
 def stripe(x, severity, rng):
-    """Invert the left and right quarters (columns 0-6 and 21-27 of 28)."""
+    """Invert the left and right quarters (columns 0-6 and 21-27 of 28) as the authors, on the
+    8-bit scale: ``(255 - 255 x) / 255``, so a level ``v`` becomes exactly ``255 - v`` (``1 - x``
+    truncates one level low for 50 of the 256 levels)."""
     W = x.shape[1]
     y = x.copy()
     left, right = int(round(7 * W / 28)), int(round(21 * W / 28))
-    y[:, :left] = 1 - y[:, :left]
-    y[:, right:] = 1 - y[:, right:]
+    for cols in (slice(0, left), slice(right, W)):
+        y[:, cols] = (255.0 - 255.0 * y[:, cols]) / 255.0
     return y
 
 

@@ -1,7 +1,7 @@
 """Image primitives the corruption suites share, in NumPy and SciPy.
 
 Each reproduces the library call the corruption authors used (scikit-image, ImageMagick through
-Wand, SciPy), so that their parameters carry over: images are float64 ``[H, W, C]`` (or
+Wand, OpenCV, SciPy), so that their parameters carry over: images are float64 ``[H, W, C]`` (or
 ``[H, W]`` where said) in [0, 1]; coordinates are ``(col, row)`` as in scikit-image.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Sequence, Tuple, Union
 import numpy as np
 from scipy import ndimage
 
-__all__ = ["gaussian", "warp_affine", "affine_about_center", "motion_blur", "plasma_fractal", "clipped_zoom",
-           "line_from_points", "canny"]
+__all__ = ["gaussian", "warp_affine", "affine_about_center", "motion_blur", "imagemagick_8bit", "plasma_fractal",
+           "clipped_zoom", "line_from_points", "canny", "opencv_canny", "opencv_distance_5x5"]
 
 _EPS = 1e-12  # ImageMagick's MagickEpsilon
 _QUANTUM_SCALE = 1.0 / 65535.0  # ImageMagick's QuantumScale (Q16 builds, Wand's usual)
@@ -126,6 +126,16 @@ def motion_blur(x: np.ndarray, radius: float, sigma: float, angle: float) -> np.
     return out
 
 
+def imagemagick_8bit(x: np.ndarray) -> np.ndarray:
+    """``x`` in [0, 1] as ImageMagick (Q16) writes it to an 8-bit PNG: the 16-bit quantum
+    ``q = round(65535 x)``, exported as ``floor(q / 257)``; returned as that level / 255.
+
+    An 8-bit level ``v / 255`` comes back unchanged (``q = 257 v``); anything between two levels
+    goes to the lower one, where rounding ``255 x`` would go up half the time."""
+    q = np.round(np.clip(np.asarray(x, dtype=np.float64), 0.0, 1.0) * 65535.0)
+    return np.floor(q / 257.0) / 255.0
+
+
 def plasma_fractal(mapsize: int, wibbledecay: float, rng: np.random.Generator) -> np.ndarray:
     """Diamond-square height map ``[mapsize, mapsize]`` in [0, 1] (``mapsize`` a power of two),
     as the corruption authors' ``plasma_fractal``: the random term at a step is
@@ -235,3 +245,79 @@ def canny(x2d: np.ndarray, sigma: float = 1.0, low: float = 0.1, high: float = 0
     keep = np.zeros(count + 1, dtype=bool)
     keep[1:] = np.asarray(ndimage.sum(maxima & (mag >= high), labels, np.arange(1, count + 1))) > 0
     return keep[labels]
+
+
+_SOBEL_COLS = np.array([[-1, 0, 1], [-2, 0, 2], [-1, 0, 1]])
+_TG22 = int(0.4142135623730950488016887242097 * (1 << 15) + 0.5)  # tan(22.5 deg) in OpenCV's 15-bit fixed point
+
+
+def _nms_opencv(dx: np.ndarray, dy: np.ndarray, mag: np.ndarray) -> np.ndarray:
+    """OpenCV's non-maximum suppression: the gradient's sector from ``|dy| / |dx|`` against
+    tan 22.5 and tan 67.5 in 15-bit fixed point; a maximum is ``>`` the neighbour before it in
+    the gradient direction and ``>=`` the one after (``>`` both on diagonals); zero outside."""
+    H, W = mag.shape
+    padded = np.pad(mag, 1)
+
+    def at(dr, dc):
+        return padded[1 + dr:1 + dr + H, 1 + dc:1 + dc + W]
+
+    ax, ay = np.abs(dx), np.abs(dy) << 15
+    tg22 = ax * _TG22
+    horizontal, vertical = ay < tg22, ay > tg22 + (ax << 16)
+    diagonal = np.where((dx ^ dy) < 0, (mag > at(-1, 1)) & (mag > at(1, -1)), (mag > at(-1, -1)) & (mag > at(1, 1)))
+    return np.where(horizontal, (mag > at(0, -1)) & (mag >= at(0, 1)),
+                    np.where(vertical, (mag > at(-1, 0)) & (mag >= at(1, 0)), diagonal))
+
+
+def opencv_canny(u: np.ndarray, low: float, high: float) -> np.ndarray:
+    """``cv2.Canny(u, low, high)`` (aperture 3, L1 gradient norm) of an 8-bit ``[H, W]`` image,
+    as bool ``[H, W]``; integer arithmetic, so exact.
+
+    3x3 Sobel gradients with replicated borders, magnitude ``|dx| + |dy|``, OpenCV's
+    non-maximum suppression, then hysteresis: the 8-connected components of maxima above
+    ``floor(low)`` that hold one above ``floor(high)``.  Border pixels can be edges (unlike
+    :func:`canny`, scikit-image's)."""
+    u = np.asarray(u, dtype=np.int64)
+    dx = ndimage.correlate(u, _SOBEL_COLS, mode="nearest")
+    dy = ndimage.correlate(u, _SOBEL_COLS.T, mode="nearest")
+    mag = np.abs(dx) + np.abs(dy)
+    candidates = _nms_opencv(dx, dy, mag) & (mag > math.floor(low))
+    labels, count = ndimage.label(candidates, structure=np.ones((3, 3), dtype=bool))
+    keep = np.zeros(count + 1, dtype=bool)
+    keep[labels[candidates & (mag > math.floor(high))]] = True
+    keep[0] = False
+    return keep[labels]
+
+
+_DIST_INIT = (2 ** 31 - 1) >> 2  # OpenCV's INIT_DIST0: "no zero pixel reached yet"
+#: (drow, dcol, metric index) of the forward half of OpenCV's 5x5 chamfer mask; the backward half mirrors it
+_CHAMFER_5X5 = ((-2, -1, 2), (-2, 1, 2), (-1, -2, 2), (-1, -1, 1), (-1, 0, 0), (-1, 1, 1), (-1, 2, 2))
+
+
+def opencv_distance_5x5(zero: np.ndarray, metrics: Sequence[float] = (1.0, 1.4, 2.1969)) -> np.ndarray:
+    """``cv2.distanceTransform(src, cv2.DIST_L2, 5)`` with ``zero`` (bool ``[H, W]``) where
+    ``src`` is 0: float32 distance of each pixel to the nearest zero one along 5x5 chamfer moves
+    (1 straight, 1.4 diagonal, 2.1969 knight's move, in 16-bit fixed point).
+
+    OpenCV's two raster passes, a row at a time: the moves from the rows already passed, then the
+    running minimum along the row (``min_k s_k + (j - k)``), which is its pixel-by-pixel loop.
+    OpenCV builds with Intel IPP (the pip wheels) sum the same float32 metrics in floating point
+    instead: less than 1e-4 apart, and no ``spatter`` value changed in ``bench/corruption_agreement.py``."""
+    zero = np.asarray(zero, dtype=bool)
+    H, W = zero.shape
+    fixed = [int(np.rint(np.float32(m) * np.float32(1 << 16))) for m in metrics]
+    t = np.full((H + 4, W + 4), _DIST_INIT, dtype=np.int64)
+    steps = np.arange(W + 1, dtype=np.int64) * fixed[0]
+
+    def row(r, sign):
+        terms = [t[r + sign * dr, 2 + sign * dc:2 + sign * dc + W] + fixed[k] for dr, dc, k in _CHAMFER_5X5]
+        s = np.minimum(np.min(terms, axis=0), t[r, 2:W + 2])
+        s[zero[r - 2]] = 0
+        run = np.concatenate([[_DIST_INIT], s[::sign]])  # the border, then the row in pass order
+        t[r, 2:W + 2] = (np.minimum.accumulate(run - steps) + steps)[1:][::sign]
+
+    for r in range(2, H + 2):
+        row(r, 1)
+    for r in range(H + 1, 1, -1):
+        row(r, -1)
+    return t[2:H + 2, 2:W + 2].astype(np.float32) * np.float32(2.0 ** -16)

@@ -40,6 +40,30 @@ def get_dataset(
 
     ``subset`` keeps that many examples (:func:`rsmooth.data.fixed_subset`: the same ones for
     every run and seed), renumbered from 0: a reduced training set.
+
+    Args:
+        name: a dataset name (``rsmooth list datasets``: digits, mnist, fashion-mnist, cifar10,
+            cifar100, imagenet, the corrupted sets).
+        split: ``"train"`` or ``"test"``.
+        data_dir: the folder searched first (and downloaded into); default ``$RSMOOTH_DATA``,
+            then the cache.
+        download: fetch missing files from the official mirrors (checksums verified).
+        corruption: a corruption name (``rsmooth list corruptions``), or None for clean data.
+        severity: the corruption's level (1-5 for the CIFAR-C suites).
+        corruption_seed: the seed of generated corruptions.
+        corruption_suite: whose definitions generate the corruptions (MNIST-C's or CIFAR-10-C's).
+        subset: keep this many examples (a fixed subset), or None for all.
+
+    Returns:
+        a map-style dataset: ``data[i]`` is ``(image, label)`` with the image a float tensor
+        [C, H, W] in [0, 1] and the label an int; ``data.get_batch(indices)`` gives
+        ``(images [B, C, H, W], labels [B])``.
+
+    Example:
+        ```python
+        test = rsmooth.get_dataset("digits", "test")          # 360 images [1, 8, 8], offline
+        xs, ys = test.get_batch(torch.arange(8))
+        ```
     """
     if subset is not None:
         data = get_dataset(name, split, data_dir, download, corruption=corruption, severity=severity,

@@ -22,7 +22,7 @@ import datetime
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 
 from ..errors import RsmoothError, check
@@ -31,8 +31,11 @@ from ..metrics import (CertifyWriter, acr, certified_accuracy, read_certify_tsv,
                        write_sidecar)
 from ..metrics.certify_io import TSV_HEADER
 from ..paths import check_output_file
-from ..smoothing import (DEFAULT_BATCH_SIZE, Smooth, max_certifiable_radius, validate_alpha, validate_count,
+from ..smoothing import (Smooth, max_certifiable_radius, validate_alpha, validate_count,
                          validate_precision, validate_sigma)
+from ..smoothing.packing import NOISE_BLOCK
+from ..smoothing.procedures import Adaptive, Certify, Predict, Procedure, Sequential
+from ..smoothing.tuning import Tuning, fastest
 from ..smoothing.sequential import (CONFIDENCE_SEQUENCE, FUTILITY, SequentialCertificate, largest_radius,
                                     validate_futility, validate_radii, validate_radius_tol,
                                     validate_sequential_alpha)
@@ -43,7 +46,7 @@ from .diffusion import log_cost, with_diffusion
 from .seeding import generator, validate_seed
 from .seqfile import SEQUENTIAL_MODES, SeqWriter, adopt_legacy, sequential_path
 from .shards import (CERTIFY, RUN_IDENTITY, clean_merged, identity_diff, lock_path, merge_certify, parse_shard,
-                     shard_path, shard_share)
+                     shard_path, shard_share, sort_rows)
 from ..progress import Heartbeat, emit, heartbeat_interval, progress_bar
 
 if TYPE_CHECKING:
@@ -77,14 +80,14 @@ class CertifyJob:
     n_max: int = 100_000  # sequential modes: the cap on estimation samples
     radius_tol: Optional[float] = 0.05  # adaptive: the radius tolerance; None in the other modes
     futility: float = FUTILITY  # sequential modes: the upper bound's level that gives up radii
-    batch_size: Optional[int] = None  # noisy copies per forward pass; None: DEFAULT_BATCH_SIZE
+    batch_size: Optional[Union[int, str]] = None  # noisy inputs per forward pass; None or "auto": measured
     start: int = 0  # the subset: split examples start, start + skip, ..., at most max of them
     skip: int = 1
     max: Optional[int] = None
     shard: Optional[Union[str, Sequence[int]]] = None  # "I/K" or (I, K): every K-th subset example from I
     seed: int = 0  # example i's noise is drawn from (seed, mode, i)
     precision: str = "fp32"  # the fast modes of Smooth
-    channels_last: bool = False
+    channels_last: Optional[bool] = None  # None: measured (kept when faster and its votes equal NCHW's)
     compile: bool = False
     data_dir: Optional[str] = None
     device: Optional[str] = None  # default: CUDA when there is one (resolve_device)
@@ -134,8 +137,7 @@ class CertifyJob:
     def _checked_run(self) -> Dict[str, Any]:
         """The batch size, subset, shard, seed, heartbeat, sigma and precision, checked in this order."""
         return {
-            "batch_size": validate_count("batch_size", DEFAULT_BATCH_SIZE if self.batch_size is None
-                                         else self.batch_size),
+            "batch_size": None if self.batch_size in (None, "auto") else validate_count("batch_size", self.batch_size),
             "start": validate_count("start", self.start, minimum=0),
             "skip": validate_count("skip", self.skip),
             "max": None if self.max is None else validate_count("max", self.max),
@@ -178,14 +180,14 @@ def run_certification(
     n_max: int = 100_000,
     radius_tol: float = 0.05,
     futility: float = FUTILITY,
-    batch_size: Optional[int] = None,
+    batch_size: Optional[Union[int, str]] = None,
     start: int = 0,
     skip: int = 1,
     max: Optional[int] = None,
     shard: Optional[Union[str, Sequence[int]]] = None,
     seed: int = 0,
     precision: str = "fp32",
-    channels_last: bool = False,
+    channels_last: Optional[bool] = None,
     compile: bool = False,
     data_dir: Optional[str] = None,
     device: Optional[str] = None,
@@ -259,6 +261,8 @@ class Resolved:
     shard: Optional[Shard]
     device: "torch.device"
     smooth: Smooth
+    procedure: Procedure
+    batch_size: int
     data: "Dataset"
     indices: List[int]
     meta: Dict[str, Any]
@@ -269,30 +273,35 @@ class Resolved:
     def out(self) -> Path:
         return Path(self.job.out)
 
-    def certify_one(self, i: int) -> Tuple[int, int, float, Optional[SequentialCertificate]]:
-        """(label, prediction, radius, the sequential modes' certificate) of example ``i``: the one
-        place where each mode's work on an example is; its noise is drawn from ``(seed, mode, i)``."""
-        job, smooth = self.job, self.smooth
-        x, label = self.data[i]
-        g = generator(job.seed, job.mode, i, device=self.device)
-        if job.mode == "sequential":
-            cert = smooth.certify_sequential(x, job.n0, job.radii, job.alpha, job.n_max, job.batch_size, g,
-                                             job.futility)
-        elif job.mode == "adaptive":
-            cert = smooth.certify_adaptive(x, job.n0, job.alpha, job.radius_tol, job.n_max, job.batch_size, g,
-                                           job.futility)
-        elif job.mode == "certify":
-            pred, radius = smooth.certify(x, job.n0, job.n, job.alpha, job.batch_size, generator=g)
-            return int(label), pred, radius, None
-        else:
-            return int(label), smooth.predict(x, job.n, job.alpha, job.batch_size, generator=g), 0.0, None
-        return int(label), cert.prediction, cert.radius, cert
+    def certify(self, indices: Sequence[int]) -> Iterator[Tuple[int, int, int, float, Optional[SequentialCertificate],
+                                                               int, float]]:
+        """(i, label, prediction, radius, the sequential modes' certificate, samples drawn, seconds) of
+        each example of ``indices`` as it completes: many examples share each forward pass
+        (:meth:`Smooth.stream`), and example ``i``'s noise is drawn from ``(seed, mode, i)``, so its
+        row is what certifying it alone gives."""
+        job, procedure, labels = self.job, self.procedure, {}
 
-    def samples(self, cert: Optional[SequentialCertificate]) -> int:
-        """The noise samples an example drew: n0 + n (certify), n (predict), a certificate's own count."""
-        if cert is not None:
-            return cert.samples
-        return self.job.n + (self.job.n0 if self.job.mode == "certify" else 0)
+        def items():
+            for i in indices:
+                x, labels[i] = self.data[i]
+                yield i, x, generator(job.seed, job.mode, i, device=self.device)
+
+        for i, result, seconds in self.smooth.stream(procedure, items(), self.batch_size):
+            cert = result if isinstance(result, SequentialCertificate) else None
+            if cert is not None:
+                pred, radius = cert.prediction, cert.radius
+            else:
+                pred, radius = result if job.mode == "certify" else (result, 0.0)
+            yield i, int(labels.pop(i)), pred, radius, cert, procedure.samples(result), seconds
+
+
+def procedure_of(job: CertifyJob) -> Procedure:
+    """What each example of ``job`` runs: its mode with its settings."""
+    if job.mode == "sequential":
+        return Sequential(job.n0, job.alpha, job.n_max, job.futility, job.radii)
+    if job.mode == "adaptive":
+        return Adaptive(job.n0, job.alpha, job.n_max, job.futility, job.radius_tol)
+    return Certify(job.n0, job.n, job.alpha) if job.mode == "certify" else Predict(job.n, job.alpha)
 
 
 def resolve(job: CertifyJob) -> Resolved:
@@ -322,22 +331,29 @@ def resolve(job: CertifyJob) -> Resolved:
                        corruption_suite=job.corruption_suite)
     indices = certify_indices(len(data), skip=job.skip, max=job.max, start=job.start)
     check(bool(indices), f"--start {job.start} is past the last {job.split} example (index {len(data) - 1})")
-    smooth = Smooth(model, loaded.num_classes, sigma, precision=job.precision,
-                    channels_last=job.channels_last, compile=job.compile)
-    meta = {**_identity(job, loaded, data, smooth, indices, dev), **diffusion}
+    procedure = procedure_of(job)
+    examples = len(shard_share(indices, shard) if shard else indices)
+    smooth, tuning = fastest(model, loaded.num_classes, sigma, data[indices[0]][0], precision=job.precision,
+                             compile=job.compile, batch_size=job.batch_size, channels_last=job.channels_last,
+                             samples=examples * procedure.max_samples())
+    if "measured" in tuning.how.values():
+        log(f"measured on {dev}: {tuning.batch_size} noisy inputs per forward pass, "
+            f"{'channels-last' if tuning.channels_last else 'NCHW'}{'; ' + tuning.note if tuning.note else ''}")
+    meta = {**_identity(job, loaded, data, smooth, tuning, indices, dev), **diffusion}
     if diffusion:
-        log_cost(model, data[indices[0]][0], job, sigma, len(indices), diffusion, log)
-    return Resolved(job, world, shard, dev, smooth, data, indices, meta, log, progress)
+        log_cost(model, data[indices[0]][0], sigma, diffusion, log, batch_size=tuning.batch_size,
+                 samples=procedure.max_samples(), examples=examples, at_most=job.sequential)
+    return Resolved(job, world, shard, dev, smooth, procedure, tuning.batch_size, data, indices, meta, log, progress)
 
 
-def _identity(job: CertifyJob, loaded: LoadedModel, data: "Dataset", smooth: Smooth, indices: List[int],
-              dev: "torch.device") -> Dict[str, Any]:
+def _identity(job: CertifyJob, loaded: LoadedModel, data: "Dataset", smooth: Smooth, tuning: Tuning,
+              indices: List[int], dev: "torch.device") -> Dict[str, Any]:
     """The run's metadata, the sidecar JSON's fields in their order: what a resumed run or a shard
     must share (:data:`~rsmooth.engine.shards.RUN_IDENTITY`) and what describes the run."""
     return {
         "mode": job.mode, "dataset": loaded.dataset, "corruption": data.corruption, "split": job.split,
         "sigma": smooth.sigma, "n0": job.n0 if job.mode != "predict" else None, "n": job.n, "alpha": job.alpha,
-        "batch_size": job.batch_size,
+        "batch_size": tuning.batch_size, "noise_block": NOISE_BLOCK, "tuning": tuning.record(),
         **({"radii": job.radii, "n_max": job.n_max, "radius_tol": job.radius_tol, "futility": job.futility,
             "confidence_sequence": CONFIDENCE_SEQUENCE}
            if job.sequential else {}),
@@ -486,13 +502,14 @@ def _certify_into(r: Resolved, out_path: Path, indices: List[int], meta: dict,
             desc = _run_name(r.job.mode) + ("" if shard is None else f" (shard {shard[0]}/{shard[1]})")
             beat = Heartbeat(len(indices), desc=desc, done=len(indices) - len(todo), interval=r.job.heartbeat,
                              enabled=r.progress, log=r.log)
-            for i in progress_bar(todo, desc=r.job.mode, enabled=r.progress):
-                t0 = time.perf_counter()
-                label, pred, radius, cert = r.certify_one(i)
+            rows = r.certify(todo)
+            for i, label, pred, radius, cert, samples, seconds in progress_bar(rows, total=len(todo), desc=r.job.mode,
+                                                                               enabled=r.progress):
                 if seq is not None:  # first, so every row of OUT has its row in OUT.seq
                     seq.write(i, cert)
-                writer.write(i, label, pred, radius, pred == label, time.perf_counter() - t0)
-                beat.update(1, r.samples(cert))
+                writer.write(i, label, pred, radius, pred == label, seconds)
+                beat.update(1, samples)
+        sort_rows(out_path, sequential)  # packing completes examples out of order
         meta["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
         write_sidecar(out_path, {**meta, "complete": True})
     return len(todo) if count_todo else out_path

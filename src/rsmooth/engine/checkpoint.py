@@ -334,6 +334,30 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
     is code: it is refused (:class:`rsmooth.trust.UntrustedCode`) unless ``arch`` names it too or
     ``trust_code``, and then imported from ``sys.path`` only (from the current folder too when
     ``arch`` names it).  ``trust_pickle``: see :func:`read_checkpoint`.
+
+    Args:
+        path: a run folder (its ``checkpoint.pt``), an rsmooth checkpoint, a public checkpoint
+            (``.pth.tar``, a state_dict) or a ``.safetensors`` file.
+        dataset: the dataset the model was trained on; needed where the file does not record it.
+        arch: an architecture name or ``package.module:factory``; needed where the file records
+            none that is built in.
+        arch_kwargs: the factory's keyword arguments (JSON-like values only).
+        mean: per-channel normalisation means in [0, 1] pixel units, for a file without them.
+        std: per-channel normalisation standard deviations in [0, 1] pixel units, as ``mean``.
+        num_classes: K, the number of logits, where it differs from the dataset's classes.
+        trust_pickle: unpickle the file in full (can run arbitrary code: only for files you trust).
+        trust_code: import a ``module:factory`` that the file records.
+
+    Returns:
+        a ``LoadedModel`` with ``model`` (an ``nn.Module`` mapping [0, 1] pixels
+        [B, C, H, W] to logits [B, K]), ``arch``, ``dataset``, ``num_classes``, ``sigma`` (the
+        training noise in [0, 1] pixel units, None where unknown), ``path`` and ``meta``.
+
+    Example:
+        ```python
+        loaded = rsmooth.load_model("runs/digits025")
+        smooth = rsmooth.Smooth(loaded.model, loaded.num_classes, loaded.sigma)
+        ```
     """
     from ..models import MODEL_OPTIONS, arch_ref
 

@@ -35,21 +35,14 @@ def with_diffusion(model: "nn.Module", job: "CertifyJob", sigma: float) -> Tuple
     return wrapped, record
 
 
-def samples_per_example(job: "CertifyJob") -> int:
-    """Noise samples one example draws at most: n0 + n (certify), n (predict), n0 + n_max (sequential)."""
-    if job.mode == "predict":
-        return int(job.n)
-    return job.n0 + (job.n if job.n is not None else job.n_max)
-
-
-def log_cost(model: "nn.Module", x: "torch.Tensor", job: "CertifyJob", sigma: float, examples: int,
-             record: Dict[str, Any], log: Callable[[str], None]) -> float:
+def log_cost(model: "nn.Module", x: "torch.Tensor", sigma: float, record: Dict[str, Any],
+             log: Callable[[str], None], *, batch_size: int, samples: int, examples: int, at_most: bool) -> float:
     """Time one batch of noisy copies of ``x`` [C, H, W] through ``model`` (after a warm-up pass),
-    log the seconds per noise sample and the estimate for ``examples`` examples; returns the
-    seconds per sample."""
+    log the seconds per noise sample and the estimate for ``examples`` examples of at most
+    ``samples`` samples each; returns the seconds per sample."""
     import torch
 
-    batch = min(job.batch_size, samples_per_example(job))
+    batch = min(batch_size, samples)
     param = next(model.parameters(), None)
     xs = x.to(param.device if param is not None else "cpu").unsqueeze(0).expand(batch, *x.shape)
     with torch.no_grad():
@@ -59,10 +52,10 @@ def log_cost(model: "nn.Module", x: "torch.Tensor", job: "CertifyJob", sigma: fl
         if xs.is_cuda:
             torch.cuda.synchronize()
         per_sample = (time.perf_counter() - start) / batch
-    total = per_sample * samples_per_example(job) * examples
+    total = per_sample * samples * examples
     log(f"diffusion: sigma {sigma:g} -> t* = {record['diffusion_t']} of {record['diffusion_schedule_steps']} "
         f"(realised sigma {record['diffusion_realised_sigma']:.4g}); {record['diffusion_steps']} UNet pass(es) + "
         f"1 classifier pass per noise sample: {per_sample * 1e3:.3g} ms per sample (measured in fp32, batch "
-        f"{batch}); {examples} example(s) x {samples_per_example(job):,} samples: about "
-        f"{datetime.timedelta(seconds=round(total))}{' at most' if job.sequential else ''}")
+        f"{batch}); {examples} example(s) x {samples:,} samples: about "
+        f"{datetime.timedelta(seconds=round(total))}{' at most' if at_most else ''}")
     return per_sample

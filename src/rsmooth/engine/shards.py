@@ -33,7 +33,7 @@ Shard = Tuple[int, int]
 PathLike = Union[str, Path]
 #: sidecar fields that must agree for a run to continue an existing TSV, and for shards to merge
 RUN_IDENTITY = ("mode", "dataset", "corruption", "split", "sigma", "n0", "n", "alpha", "start", "skip", "max",
-                "seed", "checkpoint_sha256", "precision", "channels_last",
+                "seed", "checkpoint_sha256", "precision",
                 "radii", "n_max", "radius_tol", "futility", "confidence_sequence",  # these five: sequential modes
                 "diffusion", "diffusion_sha256", "diffusion_t", "diffusion_steps")  # these: engine/diffusion.py
 #: the value of an identity field that sidecars written before it existed lack
@@ -359,6 +359,19 @@ def _certify_progress(p: Path, meta: dict) -> str:
         if p.read_bytes().endswith(b"\n"):
             return f" ({len(read_certify_tsv(p))} of {meta.get('num_examples')} examples)"
     return f" (some of {meta.get('num_examples')} examples)"
+
+
+def sort_rows(out: Path, sequential: bool) -> None:
+    """Rewrite ``out`` (and its OUT.seq) with the rows sorted by idx, as a merge writes them
+    (packed certification completes examples out of order); atomic, nothing when already sorted."""
+    lines = out.read_text(encoding="utf-8").splitlines(keepends=True)
+    idx = read_certify_tsv(out).idx.tolist()
+    if idx == sorted(idx):
+        return
+    if sequential:
+        write_seq_rows(sequential_path(out), sorted(seq_rows(sequential_path(out))))
+    rows = sorted(zip(idx, (ln if ln.endswith("\n") else ln + "\n" for ln in lines[1:] if ln.strip())))
+    atomic_write_bytes(out, "".join([lines[0], *(ln for _, ln in rows)]).encode("utf-8"))
 
 
 def _join_certify(out: Path, shards: List[Tuple[Path, dict]]) -> Tuple[dict, Callable[[], None], str]:

@@ -113,8 +113,9 @@ class DiffusionDenoiser(nn.Module):
 
     See the module docstring for exactly what is done to the input.  ``steps`` = 1 is the
     one-shot estimate (one UNet pass per noisy copy); more run the reverse process from t* (one pass
-    each), whose noise is drawn from a generator seeded by the input's bytes, so the same noisy
-    batch gives the same output (certificates stay reproducible and independent of sharding).
+    each), whose noise for each noisy copy is drawn from a generator seeded by that copy's bytes, so
+    a copy is denoised the same way in any batch (certificates stay reproducible and independent of
+    batch size, packing and sharding).
     ``info`` records t*, the realised sigma, the steps and the rounding."""
 
     def __init__(self, eps_model: nn.Module, alphas_cumprod: Sequence[float], sigma: float, steps: int = 1,
@@ -137,35 +138,40 @@ class DiffusionDenoiser(nn.Module):
         return ((x_t - math.sqrt(1 - a) * eps) / math.sqrt(a)).clamp(-1, 1)
 
     def posterior_step(self, x_t: torch.Tensor, x0: torch.Tensor, t: int, s: int,
-                       gen: Optional[torch.Generator]) -> torch.Tensor:
+                       gens: Sequence[torch.Generator]) -> torch.Tensor:
         """A draw of x_s ~ q(x_s | x_t, x0) for s < t (Ho et al. 2020 eq. 6-7 with abar_t / abar_s in
         place of alpha_t, the respaced chain's step): mean c0 x0 + ct x_t, variance
-        (1 - abar_s)/(1 - abar_t) (1 - abar_t/abar_s)."""
+        (1 - abar_s)/(1 - abar_t) (1 - abar_t/abar_s); row i's noise from ``gens[i]``."""
         at, as_ = self._abar[t], self._abar[s]
         beta = 1 - at / as_
         c0 = math.sqrt(as_) * beta / (1 - at)
         ct = math.sqrt(at / as_) * (1 - as_) / (1 - at)
         std = math.sqrt(beta * (1 - as_) / (1 - at))
-        noise = torch.randn(x_t.shape, generator=gen, device=x_t.device, dtype=x_t.dtype)
+        noise = torch.stack([torch.randn(x_t.shape[1:], generator=g, device=x_t.device, dtype=x_t.dtype)
+                             for g in gens])
         return c0 * x0 + ct * x_t + std * noise
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         taus = self.timesteps
         x_t = math.sqrt(self._abar[taus[0]]) * (2 * x - 1)
-        gen = _input_generator(x) if len(taus) > 1 else None
+        gens = _row_generators(x) if len(taus) > 1 else []
         for i, t in enumerate(taus):
             x0 = self.x0_hat(x_t, t)
             if i + 1 < len(taus):
-                x_t = self.posterior_step(x_t, x0, t, taus[i + 1], gen)
+                x_t = self.posterior_step(x_t, x0, t, taus[i + 1], gens)
         return (x0 + 1) / 2
 
 
-def _input_generator(x: torch.Tensor) -> torch.Generator:
-    """A generator on x's device seeded by a hash of x's bytes (the reverse process's noise)."""
-    digest = hashlib.sha256(x.detach().float().cpu().numpy().tobytes()).digest()
-    gen = torch.Generator(device=x.device)
-    gen.manual_seed(int.from_bytes(digest[:8], "little"))
-    return gen
+def _row_generators(x: torch.Tensor) -> List[torch.Generator]:
+    """One generator per row of x [B, ...] on x's device, seeded by a hash of that row's bytes: the
+    reverse process's noise for a noisy copy depends on that copy alone (not on its batch)."""
+    rows = x.detach().contiguous().cpu().view(torch.uint8).reshape(len(x), -1).numpy()  # any dtype's bytes
+    gens = []
+    for row in rows:
+        gen = torch.Generator(device=x.device)
+        gen.manual_seed(int.from_bytes(hashlib.sha256(row.tobytes()).digest()[:8], "little"))
+        gens.append(gen)
+    return gens
 
 
 # -- loading ------------------------------------------------------------------------------------

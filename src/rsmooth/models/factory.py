@@ -229,9 +229,21 @@ def register_model(name: str, factory: Optional[Callable[..., nn.Module]] = None
     checkpoint records ``factory.__module__:factory.__qualname__`` when that imports back to
     the factory (then ``rsmooth certify`` rebuilds it in a new process), else the name.
 
-    Example::
+    Args:
+        name: the architecture's name (no ``:``), as ``create_model`` and ``--arch`` take it.
+        factory: a callable returning an ``nn.Module`` that maps [B, C, H, W] images to logits
+            [B, K]; omitted, ``register_model(name)`` is a decorator.
+        replace: allow replacing a model registered earlier with ``register_model``
+            (built-in names are never replaced).
 
+    Returns:
+        the factory (so that it works as a decorator), or the decorator when ``factory`` is None.
+
+    Example:
+        ```python
         rsmooth.register_model("mlp", lambda num_classes: nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes)))
+        model = rsmooth.create_model("mlp", "digits")       # [B, 1, 8, 8] in [0, 1] -> [B, 10]
+        ```
     """
     if factory is None:
         return lambda f: register_model(name, f, replace=replace)
@@ -305,9 +317,10 @@ def create_model(arch: str, dataset: str, num_classes: Optional[int] = None, *,
             fixes the normalisation constants, the input shape and the default num_classes.
         num_classes: K, the number of logits; defaults to the dataset's.
         arch_kwargs: keyword arguments of a factory (a built-in architecture takes none).
-        mean, std: per-channel normalisation in [0, 1] pixel units, applied before the net
-            (sigma stays in pixel units); default: the dataset's for a built-in architecture,
-            none for a factory (its net gets [0, 1] pixels).
+        mean: per-channel means in [0, 1] pixel units, subtracted before the net (sigma
+            stays in pixel units); default: the dataset's for a built-in architecture, none for
+            a factory (its net gets [0, 1] pixels).
+        std: per-channel standard deviations, in [0, 1] pixel units, as ``mean``.
         input_size: (C, H, W) the net gets, passed to a factory that names ``input_size``;
             must be the dataset's (images are not resized).
 
@@ -319,6 +332,12 @@ def create_model(arch: str, dataset: str, num_classes: Optional[int] = None, *,
         RsmoothError: unknown arch or dataset, or an arch that does not fit the dataset's
             input shape (e.g. lenet on cifar10), or a factory that cannot be imported, fails,
             returns no ``nn.Module`` or not logits [B, K].
+
+    Example:
+        ```python
+        model = rsmooth.create_model("digits_cnn", "digits")    # random weights
+        model(torch.rand(4, 1, 8, 8)).shape                     # torch.Size([4, 10])
+        ```
     """
     spec = resolve_arch(arch)
     stats = dataset_stats(dataset)

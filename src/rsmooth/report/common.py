@@ -28,16 +28,29 @@ Radii = Union[Sequence[float], np.ndarray, str, None]
 class FileSummary:
     """ACR and certified accuracy of one certify TSV.
 
-    ``num_examples`` counts the test examples (rows), not Monte Carlo samples;
-    ``certified_accuracy`` maps radius (float) -> fraction in [0, 1];
-    ``sigma`` and ``meta`` come from the sidecar JSON when there is one;
-    ``result`` holds the rows (used to plot on a fine radius grid);
-    ``ci`` maps radius -> :class:`rsmooth.metrics.AccuracyBounds` when summarized with ``ci``.
     A radius the run did not decide (:meth:`decides`: one not in a ``--sequential`` run's radii, or
-    beyond what an ``--adaptive`` run can certify) maps to ``None`` and has no bounds.
-    ``complete`` is the sidecar's flag (``None`` without one) and ``examples_planned`` the examples
-    the run was started for: an unfinished run has ``complete is False`` and ``num_examples <
-    examples_planned``.  :meth:`to_dict` gives one flat record (:func:`rsmooth.report.records` for a list).
+    beyond what an ``--adaptive`` run can certify) maps to ``None`` and has no bounds.  An
+    unfinished run has ``complete is False`` and ``num_examples < examples_planned``.
+    :meth:`to_dict` gives one flat record (:func:`rsmooth.report.records` for a list).
+
+    Attributes:
+        path: the TSV's path.
+        label: its row label in tables.
+        num_examples: the test examples (rows), not Monte Carlo samples.
+        acr: the average certified radius, in [0, 1] pixel units (0 for wrong or abstained rows).
+        certified_accuracy: radius (float) -> fraction in [0, 1] (None where not decided).
+        sigma: the smoothing noise from the sidecar JSON (None without one).
+        meta: the sidecar JSON (None without one).
+        result: the rows (used to plot on a fine radius grid).
+        ci: radius -> :class:`rsmooth.metrics.AccuracyBounds` when summarized with ``ci``.
+        complete: the sidecar's flag (None without one).
+        examples_planned: the examples the run was started for.
+
+    Example:
+        ```python
+        (s,) = rsmooth.summarize(["runs/fm025/certify.tsv"])
+        s.acr, s.certified_accuracy, s.to_dict()
+        ```
     """
 
     path: str
@@ -58,14 +71,26 @@ class FileSummary:
         return (self.meta or {}).get("mode")
 
     def decides(self, radius: float) -> bool:
-        """Whether the run measured the certified accuracy at ``radius`` (:func:`decides`)."""
+        """Whether the run measured the certified accuracy at ``radius`` (:func:`decides`).
+
+        Args:
+            radius: an l2 radius in [0, 1] pixel units.
+
+        Returns:
+            False for a ``--sequential`` run's radius not among its ``radii`` or an ``--adaptive``
+            run's radius beyond what it can certify; True otherwise.
+        """
         return decides(self.meta, radius)
 
     def to_dict(self) -> dict:
-        """One plain record (``pandas.DataFrame([s.to_dict() for s in summaries])`` works): label,
-        path, mode, dataset, method, sigma, n0, n, n_max, alpha (sidecar; None where unknown),
-        examples (done), examples_planned, complete, acr, then ``acc@<r>`` (fraction in [0, 1],
-        None where the run did not decide r) and, with ``ci``, ``acc@<r>_lo/_hi/_hp``."""
+        """One plain record (``pandas.DataFrame([s.to_dict() for s in summaries])`` works).
+
+        Returns:
+            a flat dict: label, path, mode, dataset, method, sigma, n0, n, n_max, alpha (sidecar;
+            None where unknown), examples (done), examples_planned, complete, acr, then
+            ``acc@<r>`` (fraction in [0, 1], None where the run did not decide r) and, with
+            ``ci``, ``acc@<r>_lo/_hi/_hp``.
+        """
         meta = self.meta or {}
         record = {"label": self.label, "path": self.path, "mode": self.mode,
                   **{k: meta.get(k) for k in ("dataset", "method")}, "sigma": self.sigma,

@@ -41,7 +41,21 @@ from .tables import check_format, ci_notes, format_table, table_radii
 
 
 def records(summaries: Sequence[FileSummary]) -> List[dict]:
-    """The summaries as plain dicts (:meth:`FileSummary.to_dict`), e.g. for ``pandas.DataFrame``."""
+    """The summaries as plain dicts (:meth:`FileSummary.to_dict`), e.g. for ``pandas.DataFrame``.
+
+    Args:
+        summaries: what :func:`summarize` returns.
+
+    Returns:
+        one flat dict per summary: label, path, mode, sigma, n, alpha, examples, complete, acr,
+        ``acc@<r>`` (fractions in [0, 1], None where undecided; with ``ci`` also
+        ``acc@<r>_lo/_hi/_hp``).
+
+    Example:
+        ```python
+        pandas.DataFrame(rsmooth.records(rsmooth.summarize(glob.glob("runs/*/certify.tsv"))))
+        ```
+    """
     return [s.to_dict() for s in summaries]
 
 
@@ -117,6 +131,16 @@ def summarize(paths: Sequence[PathLike], radii: Radii = None,
     version, caught by a ``*.tsv`` glob), which is skipped.  Radii a run did not decide
     (:func:`decides`) get ``None``; without ``radii`` the columns include every radius a
     ``--sequential`` file decided.
+
+    Returns:
+        one :class:`FileSummary` per file, in order: ``acr`` (in [0, 1] pixel units),
+        ``certified_accuracy`` {radius: fraction in [0, 1] or None}, ``num_examples``, ``meta``.
+
+    Example:
+        ```python
+        (s,) = rsmooth.summarize(["runs/fm025/certify.tsv"], radii=[0, 0.25, 0.5])
+        s.acr, s.certified_accuracy[0.25]
+        ```
     """
     paths, labels, skipped = skip_side_files(paths, labels)
     if skipped:
@@ -242,18 +266,32 @@ def analyze(paths: Sequence[PathLike], radii: Radii = None, fmt: str = "markdown
             labels: Optional[Sequence[str]] = None, plot: Optional[PathLike] = None,
             as_json: bool = False, paper: Optional[str] = None, ci: Union[bool, float, None] = None,
             alpha: Optional[float] = None) -> str:
-    """What ``rsmooth analyze`` prints: a table (``fmt`` markdown|latex|csv) or, with
-    ``as_json``, the JSON of :func:`to_json`; writes the certified-accuracy plot to
-    ``plot`` when given, in the format its extension names (.png, .pdf, .svg).
+    """What ``rsmooth analyze`` prints: the certified-accuracy table of certify TSVs.
 
-    ``ci`` (a confidence level, ``True`` = 0.95) and ``alpha``: as in :func:`summarize`; the table
-    then shows each certified accuracy with its interval and high-probability bound, with notes on
-    what they mean (JSON: under ``"ci"`` and ``"notes"``), and the plot draws the intervals as error
-    bars at the table's radii.
+    Args:
+        paths: certify TSVs (rsmooth's or the public codebases').
+        radii: l2 radii of the columns, in [0, 1] pixel units; default as in :func:`summarize`.
+        fmt: ``"markdown"``, ``"latex"`` or ``"csv"``.
+        labels: one row label per file; default as in :func:`summarize`.
+        plot: a ``.png``, ``.pdf`` or ``.svg`` path to write the certified-accuracy plot to.
+        as_json: return the JSON of :func:`to_json` instead of a table.
+        paper: a table id of :data:`rsmooth.report.paper.PAPER_TABLES` (``"catrs:table4"``): its
+            published rows that match a file's sidecar (dataset, sigma, method) follow ours, at
+            our radii (:func:`rsmooth.report.paper.paper_rows_for`); in JSON under ``"paper"``.
+        ci: a confidence level (``True`` = 0.95): each certified accuracy with its interval and
+            high-probability bound, with notes on what they mean (JSON: under ``"ci"`` and
+            ``"notes"``); the plot draws the intervals as error bars at the table's radii.
+        alpha: as in :func:`summarize`.
 
-    ``paper``: a table id of :data:`rsmooth.report.paper.PAPER_TABLES` (``"catrs:table4"``): its
-    published rows that match a file's sidecar (dataset, sigma, method) follow ours, at our radii
-    (:func:`rsmooth.report.paper.paper_rows_for`); in JSON under ``"paper"``."""
+    Returns:
+        the text: a table with notes (certified accuracy in %, ACR in [0, 1] pixel units), or
+        JSON.
+
+    Example:
+        ```python
+        print(rsmooth.analyze(["runs/fm025/certify.tsv"], radii=[0, 0.25, 0.5], paper="catrs:table4"))
+        ```
+    """
     if not as_json:
         check_format(fmt)
     if paper is not None:

@@ -45,7 +45,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import Callable, List, Sequence, Tuple
+from typing import Any, Callable, Generator, List, Sequence, Tuple, Union
 
 import numpy as np
 from scipy.special import betainc, betaincc, betaln, xlog1py, xlogy
@@ -186,26 +186,73 @@ class Bounds:
     projected: float
 
 
+@dataclass(frozen=True)
+class Look:
+    """A request for the bounds after ``n`` estimation samples, ``n_a`` of them votes for c_A, given
+    the running ``lower`` and ``upper`` of the earlier looks (:func:`settle_looks` answers it)."""
+
+    n: int
+    n_a: int
+    lower: float
+    upper: float
+    alpha: float
+    n_max: int
+    futility: float
+
+
+def settle_looks(looks: Sequence[Look]) -> List[Bounds]:
+    """The :class:`Bounds` of each look, computed for all of them at once (vectorised; every bound is
+    computed elementwise, so a look's bounds do not depend on the others)."""
+    out: List[Bounds] = [None] * len(looks)  # type: ignore[list-item]
+    groups: dict = {}
+    for k, look in enumerate(looks):
+        groups.setdefault((look.alpha, look.n_max, look.futility), []).append(k)
+    for (alpha, n_max, futility), ks in groups.items():
+        n = np.array([looks[k].n for k in ks], dtype=np.float64)
+        n_a = np.array([looks[k].n_a for k in ks], dtype=np.float64)
+        upper = np.minimum([looks[k].upper for k in ks], anytime_upper(n_a, n, futility))
+        future = np.where(n < n_max, binom.ppf(1 - futility, n_max - n, upper), 0.0)
+        both = anytime_lower(np.concatenate([n_a, n_a + future]), np.concatenate([n, np.full_like(n, n_max)]), alpha)
+        lower = np.maximum([looks[k].lower for k in ks], both[:len(ks)])
+        projected = np.maximum(lower, both[len(ks):])
+        for j, k in enumerate(ks):
+            out[k] = Bounds(looks[k].n, looks[k].n_a, float(lower[j]), float(upper[j]), float(projected[j]))
+    return out
+
+
+def sequence_steps(alpha: float, n_max: int, done: Callable[[Bounds], bool], futility: float = FUTILITY,
+                   tally: Callable[[Any], int] = int) -> Generator[Union[int, Look], Any, Bounds]:
+    """The estimation samples of a sequence, as a generator: it yields how many fresh samples it
+    needs (and receives what ``tally`` turns into the number of votes for c_A among them), then a
+    :class:`Look` (and receives its :class:`Bounds`), until ``done(bounds)`` or ``n_max`` samples;
+    it returns the last bounds.  Any ``done`` keeps the guarantee of :func:`anytime_lower` (it may
+    look at everything drawn so far)."""
+    n = n_a = 0
+    lower, upper = 0.0, 1.0
+    for t in check_points(n_max):
+        n_a += int(tally((yield t - n)))
+        n = t
+        bounds = yield Look(n, n_a, lower, upper, alpha, n_max, futility)
+        lower, upper = bounds.lower, bounds.upper
+        if done(bounds):
+            break
+    return bounds
+
+
 def run_sequence(votes: Callable[[int], int], alpha: float, n_max: int, done: Callable[[Bounds], bool],
                  futility: float = FUTILITY) -> Bounds:
     """Draw samples in batches until ``done(bounds)`` or ``n_max`` samples; the last bounds.
 
-    ``votes(m)``: the number of votes for c_A among m fresh samples; ``futility``: beta.  Any
-    ``done`` keeps the guarantee of :func:`anytime_lower` (it may look at everything drawn so far).
+    ``votes(m)``: the number of votes for c_A among m fresh samples; ``futility``: beta
+    (:func:`sequence_steps`, driven one request at a time).
     """
-    n = n_a = 0
-    lower, upper = 0.0, 1.0
-    for t in check_points(n_max):
-        n_a += int(votes(t - n))
-        n = t
-        upper = min(upper, float(anytime_upper(n_a, n, futility)))
-        future = float(binom.ppf(1 - futility, n_max - n, upper)) if n < n_max else 0.0
-        lo, projected = anytime_lower([n_a, n_a + future], [n, n_max], alpha)
-        lower = max(lower, float(lo))
-        bounds = Bounds(n, n_a, lower, upper, max(lower, float(projected)))
-        if done(bounds):
-            break
-    return bounds
+    steps = sequence_steps(alpha, n_max, done, futility)
+    request = next(steps)
+    try:
+        while True:
+            request = steps.send(settle_looks([request])[0] if isinstance(request, Look) else votes(request))
+    except StopIteration as stop:
+        return stop.value
 
 
 class Decision(str, enum.Enum):

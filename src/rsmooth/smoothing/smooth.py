@@ -12,36 +12,17 @@ import enum
 import math
 import warnings
 from contextlib import contextmanager
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
 from ..errors import RsmoothError, check, first_line
-from .stats import (
-    binom_pvalue,
-    certified_radius,
-    clopper_pearson_lower,
-    validate_alpha,
-    validate_count,
-    validate_sigma,
-)
-from .sequential import (
-    FUTILITY,
-    Bounds,
-    Decision,
-    SequentialCertificate,
-    decide,
-    radius_gain,
-    radius_of,
-    run_sequence,
-    thresholds,
-    validate_futility,
-    validate_radii,
-    validate_sequential_alpha,
-    validate_radius_tol,
-)
+from .stats import validate_count, validate_sigma
+from .packing import Item, Packer
+from .procedures import ABSTAIN, Adaptive, Certify, Predict, Procedure, Sequential
+from .sequential import FUTILITY, SequentialCertificate
 
 
 #: Noisy samples per forward pass to pass as ``batch_size`` on CPU: within ~15% of the best
@@ -110,11 +91,11 @@ def _out_of_memory(e: BaseException) -> bool:
 
 
 class _NoisyVotes(nn.Module):
-    """votes[g, m] = argmax f(noise[g, m] + x[g, 0]): the unit that compiled mode compiles.
+    """votes[b] = argmax f(batch[b]) for a batch of noisy inputs: the unit that compiled mode compiles.
 
-    The noisy input is formed in the noise's dtype (the model's own, float32) and cast once
-    to the sampling precision and memory format, so every mode classifies the same noisy
-    points and the modes differ only in the arithmetic of f.
+    The noisy inputs are formed in the noise's dtype (the model's own, float32) and cast once to
+    the sampling precision and memory format, so every mode classifies the same noisy points and
+    the modes differ only in the arithmetic of f.
 
     A noisy input whose logits are not all finite votes for the extra index K (the width of
     the logits), which Smooth counts and refuses after sampling: argmax over NaN would
@@ -127,12 +108,10 @@ class _NoisyVotes(nn.Module):
         self.dtype = dtype
         self.memory_format = torch.channels_last if channels_last else torch.preserve_format
 
-    def forward(self, noise: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """noise [G x M x C x H x W], x [G x 1 x C x H x W] -> votes [G x M] (int64)."""
-        batch = (noise + x).flatten(0, 1).to(self.dtype, memory_format=self.memory_format)
-        logits = self.model(batch)
-        votes = torch.where(torch.isfinite(logits).all(dim=1), logits.argmax(dim=1), logits.shape[1])
-        return votes.view(noise.shape[:2])
+    def forward(self, batch: torch.Tensor) -> torch.Tensor:
+        """batch [B x C x H x W] -> votes [B] (int64)."""
+        logits = self.model(batch.to(self.dtype, memory_format=self.memory_format))
+        return torch.where(torch.isfinite(logits).all(dim=1), logits.argmax(dim=1), logits.shape[1])
 
 
 class _Compiled:
@@ -192,9 +171,16 @@ class Smooth:
     Noise, votes and counts stay on the model's device and its forward passes are queued
     without waiting for it: ``certify`` and ``predict`` copy the counts to the host once per
     input, ``count_votes`` reads one number (the non-finite check) per call.
+
+    Example:
+        ```python
+        smooth = Smooth(model, num_classes=10, sigma=0.25)     # model: [B, C, H, W] in [0, 1] -> [B, 10]
+        label, radius = smooth.certify(x, n0=100, n=100_000, alpha=0.001, batch_size=1000)
+        # with probability >= 0.999, g(x + d) = label for every ||d||_2 < radius ([0, 1] pixel units)
+        ```
     """
 
-    ABSTAIN = -1
+    ABSTAIN = ABSTAIN
 
     def __init__(
         self,
@@ -238,7 +224,11 @@ class Smooth:
         return model
 
     def mode(self) -> dict:
-        """The sampling options, for recording next to results."""
+        """The sampling options, for recording next to results.
+
+        Returns:
+            ``{"precision": "fp32" | "bf16", "channels_last": bool, "compile": bool}``.
+        """
         return {"precision": self.precision.value, "channels_last": self.channels_last,
                 "compile": self.compile}
 
@@ -316,7 +306,8 @@ class Smooth:
             noise = noise[:g, :copies]
         elif g < shape[0]:
             images = torch.cat([images, images.new_zeros((shape[0] - g, *images.shape[1:]))])
-        return self._votes(noise, images.unsqueeze(1))[:g, :copies]
+        votes = self._votes((noise + images.unsqueeze(1)).flatten(0, 1)).view(noise.shape[:2])
+        return votes[:g, :copies]
 
     def count_votes(
         self,
@@ -333,6 +324,7 @@ class Smooth:
             batch_size: noisy samples per forward pass; inputs with ``num < batch_size``
                 share a forward pass (several images per noise batch).
             generator: a ``torch.Generator`` on the model's device for reproducibility.
+
         Returns:
             counts [B x K] (int64, on the model's device): counts[b, c] = number of the
             ``num`` noisy copies of xs[b] classified as c.
@@ -373,17 +365,57 @@ class Smooth:
                                f"pass on {self.device}; lower batch_size (--batch-size, now {batch_size})") from e
         return counts
 
-    def _host_counts(self, x: torch.Tensor, nums: Tuple[int, ...], batch_size: int,
-                     generator: Optional[torch.Generator]) -> List[np.ndarray]:
-        """Counts [K] of x [C x H x W] for each of ``nums`` fresh noisy samples, in that order.
+    def _image(self, x: torch.Tensor) -> torch.Tensor:
+        """One image checked (shape, range, the model on its shape) and put on the model's device."""
+        self._check_range(_validate_input(x, 3, "x"), "x")
+        x = x.to(device=self.device, dtype=self._noise_dtype, non_blocking=True).contiguous()
+        self._check_model(x.unsqueeze(0))
+        return x
 
-        The device is waited for once, when all of them are done: one copy to the host per input.
+    def stream(self, procedure: Procedure, items: Iterable[Item], batch_size: int) -> Iterator[Tuple[Any, Any, float]]:
+        """Run ``procedure`` on each image of ``items``, packing the samples of many images into each
+        forward pass of ``batch_size`` noisy inputs (:mod:`rsmooth.smoothing.packing`).
+
+        Args:
+            procedure: :class:`~rsmooth.smoothing.procedures.Predict`, ``Certify``, ``Sequential``
+                or ``Adaptive`` (the settings of :meth:`predict`, :meth:`certify`,
+                :meth:`certify_sequential`, :meth:`certify_adaptive`).
+            items: ``(key, x, generator)`` triples: any key, one image [C x H x W] in [0, 1], and
+                the ``torch.Generator`` (on the model's device) its noise is drawn from, or None.
+            batch_size: noisy inputs per forward pass; results do not depend on it.
+        Yields:
+            ``(key, result, seconds)`` as each image completes (not necessarily in order): the
+            result of the procedure on that image alone (the method of the same name returns it),
+            and the image's share of the wall time.
+
+        Example::
+
+            gens = (torch.Generator().manual_seed(i) for i in range(len(xs)))
+            for i, (pred, radius), s in smooth.stream(Certify(100, 10_000, 0.001), zip(range(len(xs)), xs, gens), 1024):
+                ...
         """
-        xs = x.unsqueeze(0).to(device=self.device, dtype=self._noise_dtype, non_blocking=True)
-        counts = torch.cat([self._count(xs, num, batch_size, generator) for num in nums]).cpu().numpy()
-        for row, num in zip(counts, nums):
-            _refuse_nonfinite(int(row[-1]), num)
-        return list(counts[:, :-1])
+        batch_size = validate_count("batch_size", batch_size)
+        packer = Packer(self._votes, self.sigma, batch_size, self.num_classes, self.device, self._noise_dtype,
+                        _refuse_nonfinite, self._image, full=self.compile)
+        with self._eval():
+            try:
+                yield from packer.run(procedure, self._checked_items(items))
+            except (RuntimeError, MemoryError) as e:
+                if not _out_of_memory(e):
+                    raise
+                raise RsmoothError(f"out of memory classifying {batch_size} noisy inputs per forward pass on "
+                                   f"{self.device}; lower batch_size (--batch-size)") from e
+
+    def _checked_items(self, items: Iterable[Item]) -> Iterator[Item]:
+        for key, x, generator in items:
+            _validate_generator(generator, self.device)
+            yield key, x, generator
+
+    def _one(self, x: torch.Tensor, procedure: Procedure, batch_size: int,
+             generator: Optional[torch.Generator]) -> Any:
+        """The result of ``procedure`` on one image."""
+        ((_, result, _),) = self.stream(procedure, [(0, x, generator)], batch_size)
+        return result
 
     # -- Cohen et al.'s procedures -------------------------------------------------------
     def predict(
@@ -401,20 +433,22 @@ class Smooth:
         most alpha.
 
         Args:
-            x: one input [C x H x W] in [0, 1]; n: noisy samples; alpha: failure
-            probability in (0, 1); batch_size: samples per forward pass.
+            x: one input [C x H x W] in [0, 1].
+            n: noisy samples.
+            alpha: failure probability in (0, 1).
+            batch_size: noisy samples per forward pass.
+            generator: optional ``torch.Generator`` on the model's device.
+
+        Returns:
+            the predicted class (int in 0..K-1), or ``Smooth.ABSTAIN`` (-1).
+
+        Example:
+            ```python
+            label = smooth.predict(x, n=1000, alpha=0.001, batch_size=1000)
+            ```
         """
         self._check_range(_validate_input(x, 3, "x"), "x")
-        n = validate_count("n", n)
-        alpha = validate_alpha(alpha)
-        batch_size = validate_count("batch_size", batch_size)
-        with self._eval():
-            (counts,) = self._host_counts(x, (n,), batch_size, generator)
-        top2 = np.argsort(-counts, kind="stable")[:2]  # ties to the lowest index
-        n_a, n_b = int(counts[top2[0]]), int(counts[top2[1]])
-        if binom_pvalue(n_a, n_b) > alpha:
-            return Smooth.ABSTAIN
-        return int(top2[0])
+        return self._one(x, Predict(n, alpha), batch_size, generator)
 
     def certify(
         self,
@@ -433,22 +467,24 @@ class Smooth:
         g(x + d) = c_A for every ||d||_2 < radius.
 
         Args:
-            x: one input [C x H x W] in [0, 1]; n0: selection samples (100); n: estimation
-            samples (100,000); alpha: failure probability (0.001); batch_size: samples per
-            forward pass; generator: optional ``torch.Generator`` on the model's device.
+            x: one input [C x H x W] in [0, 1].
+            n0: selection samples (the papers: 100).
+            n: estimation samples (the papers: 100,000).
+            alpha: failure probability (the papers: 0.001).
+            batch_size: noisy samples per forward pass.
+            generator: optional ``torch.Generator`` on the model's device.
+
+        Returns:
+            ``(label, radius)``: the class c_A and the certified l2 radius in [0, 1] pixel
+            units, or ``(Smooth.ABSTAIN, 0.0)``.
+
+        Example:
+            ```python
+            label, radius = smooth.certify(x, n0=100, n=10_000, alpha=0.001, batch_size=1000)
+            ```
         """
         self._check_range(_validate_input(x, 3, "x"), "x")
-        n0 = validate_count("n0", n0)
-        n = validate_count("n", n)
-        alpha = validate_alpha(alpha)
-        batch_size = validate_count("batch_size", batch_size)
-        with self._eval():  # both counts before c_A is read, so the device is waited for once
-            counts0, counts = self._host_counts(x, (n0, n), batch_size, generator)
-        c_a = int(np.argmax(counts0))  # first maximum: ties to the lowest index
-        p_lower = clopper_pearson_lower(int(counts[c_a]), n, alpha)
-        if p_lower < 0.5:
-            return Smooth.ABSTAIN, 0.0
-        return c_a, certified_radius(p_lower, self.sigma)
+        return self._one(x, Certify(n0, n, alpha), batch_size, generator)
 
     def certify_sequential(
         self,
@@ -477,21 +513,30 @@ class Smooth:
         Clopper-Pearson bound is about 1.5x narrower; bench/futility_vs_fixed.py).
 
         Args:
-            x: one input [C x H x W] in [0, 1]; n0: selection samples (100); radii: l2 radii
-            in [0, 1] pixel units; alpha: failure probability (0.001, below 1/2); n_max: cap on
-            the estimation samples (100,000); batch_size: samples per forward pass (the sample
-            sizes at which the bounds are checked do not depend on it); generator: optional
-            ``torch.Generator`` on the model's device; futility: beta in (0, 1/e) (0.05).
+            x: one input [C x H x W] in [0, 1].
+            n0: selection samples (100).
+            radii: l2 radii to decide, in [0, 1] pixel units.
+            alpha: failure probability (0.001, below 1/2).
+            n_max: cap on the estimation samples (100,000).
+            batch_size: noisy samples per forward pass (the sample sizes at which the bounds
+                are checked do not depend on it).
+            generator: optional ``torch.Generator`` on the model's device.
+            futility: beta in (0, 1/e) (0.05).
+
+        Returns:
+            a :class:`~rsmooth.smoothing.sequential.SequentialCertificate`: ``prediction``,
+            ``radius`` (the largest radius decided robust), the samples drawn, the bounds and
+            one decision per radius.
+
+        Example:
+            ```python
+            cert = smooth.certify_sequential(x, n0=100, radii=[0.25, 0.5], alpha=0.001)
+            cert.prediction, cert.radius, cert.decisions
+            ```
         """
-        radii = validate_radii(radii)
-        levels = thresholds(radii, self.sigma)
-        c_a, bounds, capped = self._sequence(x, n0, alpha, n_max, batch_size, generator, futility,
-                                             lambda b: Decision.OPEN not in decide(b, levels))
-        decisions = decide(bounds, levels)  # none is open at n_max: the projection is the lower bound there
-        robust = [r for r, d in zip(radii, decisions) if d is Decision.ROBUST]
-        prediction, radius = (c_a, max(robust)) if robust else (Smooth.ABSTAIN, 0.0)
-        return SequentialCertificate(prediction, radius, n0 + bounds.n, bounds.n, bounds.n_a, c_a, bounds.lower,
-                                     bounds.upper, capped, decisions)
+        procedure = Sequential(n0, alpha, n_max, futility, radii)
+        self._check_range(_validate_input(x, 3, "x"), "x")
+        return self._one(x, procedure, batch_size, generator)
 
     def certify_adaptive(
         self,
@@ -523,33 +568,28 @@ class Smooth:
         under optional stopping.
 
         Args:
-            x, n0, alpha, n_max, batch_size, generator, futility: as in :meth:`certify_sequential`;
+            x: one input [C x H x W] in [0, 1].
+            n0: selection samples (100).
+            alpha: failure probability (0.001, below 1/2).
             radius_tol: l2 radius in [0, 1] pixel units (>= 0; 0 draws all n_max samples
-            unless the radius is already out of reach; ``inf`` stops at the first look).
-        """
-        radius_tol = validate_radius_tol(radius_tol)
-        c_a, bounds, capped = self._sequence(x, n0, alpha, n_max, batch_size, generator, futility,
-                                             lambda b: radius_gain(b, self.sigma) <= radius_tol)
-        prediction, radius = ((c_a, radius_of(bounds.lower, self.sigma)) if bounds.lower > 0.5
-                              else (Smooth.ABSTAIN, 0.0))
-        return SequentialCertificate(prediction, radius, n0 + bounds.n, bounds.n, bounds.n_a, c_a, bounds.lower,
-                                     bounds.upper, capped)
+                unless the radius is already out of reach; ``inf`` stops at the first look).
+            n_max: cap on the estimation samples (100,000).
+            batch_size: noisy samples per forward pass.
+            generator: optional ``torch.Generator`` on the model's device.
+            futility: beta in (0, 1/e) (0.05).
 
-    def _sequence(self, x, n0, alpha, n_max, batch_size, generator, futility,
-                  done: Callable[[Bounds], bool]) -> Tuple[int, Bounds, bool]:
-        """(c_A from n0 samples, the bounds where ``done`` first holds or at n_max, whether n_max was reached)."""
+        Returns:
+            a :class:`~rsmooth.smoothing.sequential.SequentialCertificate` whose ``radius`` is
+            the certified radius (0.0 with ``prediction`` ABSTAIN).
+
+        Example:
+            ```python
+            cert = smooth.certify_adaptive(x, n0=100, alpha=0.001, radius_tol=0.05)
+            ```
+        """
+        procedure = Adaptive(n0, alpha, n_max, futility, radius_tol)
         self._check_range(_validate_input(x, 3, "x"), "x")
-        n0 = validate_count("n0", n0)
-        alpha = validate_sequential_alpha(alpha)
-        futility = validate_futility(futility)
-        n_max = validate_count("n_max", n_max)
-        batch_size = validate_count("batch_size", batch_size)
-        with self._eval():
-            (counts0,) = self._host_counts(x, (n0,), batch_size, generator)
-            c_a = int(np.argmax(counts0))  # first maximum: ties to the lowest index
-            bounds = run_sequence(lambda m: self._host_counts(x, (m,), batch_size, generator)[0][c_a],
-                                  alpha, n_max, done, futility)
-        return c_a, bounds, bounds.n == n_max
+        return self._one(x, procedure, batch_size, generator)
 
     def certify_batch(
         self,
@@ -568,9 +608,15 @@ class Smooth:
         Image b is certified with noise from a generator seeded by ``(seed, indices[b])``
         exactly as ``rsmooth certify --seed`` seeds dataset example ``indices[b]``, so with the
         dataset indices of the images the records equal that command's TSV rows (time aside).
+        Guarantee: each record's certificate is :meth:`certify`'s, wrong with probability at most
+        alpha (over m images, about alpha * m may be wrong).
 
         Args:
-            xs: images [B x C x H x W] in [0, 1]; n0, n, alpha, batch_size: as in :meth:`certify`.
+            xs: images [B x C x H x W] in [0, 1].
+            n0: selection samples per image, as in :meth:`certify`.
+            n: estimation samples per image, as in :meth:`certify`.
+            alpha: failure probability, as in :meth:`certify`.
+            batch_size: noisy samples per forward pass.
             labels: optional true classes [B], integers in 0..K-1: adds ``label`` and ``correct``.
             indices: the images' example indices, integers >= 0 (default 0, ..., B-1).
             seed: the noise seed.
@@ -578,10 +624,11 @@ class Smooth:
             ``[{"index", "predict", "radius"[, "label", "correct"]}, ...]``; predict is ABSTAIN
             (-1) with radius 0.0 when the smoothed classifier abstains.
 
-        Example::
-
+        Example:
+            ```python
             records = Smooth(model, num_classes=10, sigma=0.25).certify_batch(xs, 100, 10_000, 0.001, 1000, labels=ys)
             pandas.DataFrame(records)
+            ```
         """
         from ..engine.seeding import generator, validate_seed
 
@@ -590,10 +637,11 @@ class Smooth:
         indices = list(range(len(xs))) if indices is None else _validate_ids("indices", indices, len(xs))
         if labels is not None:
             labels = _validate_ids("labels", labels, len(xs), self.num_classes)
+        items = ((b, xs[b], generator(seed, "certify", i, device=self.device)) for b, i in enumerate(indices))
+        results = {b: result for b, result, _ in self.stream(Certify(n0, n, alpha), items, batch_size)}
         records: List[Dict[str, object]] = []
         for b, i in enumerate(indices):
-            pred, radius = self.certify(xs[b], n0, n, alpha, batch_size,
-                                        generator=generator(seed, "certify", i, device=self.device))
+            pred, radius = results[b]
             record: Dict[str, object] = {"index": i, "predict": pred, "radius": radius}
             if labels is not None:
                 label = labels[b]

@@ -1,0 +1,196 @@
+"""Many images per forward pass: the scheduler behind every certification.
+
+Each image in flight runs a procedure (:mod:`rsmooth.smoothing.procedures`) that asks for noisy
+samples and for the bounds of sequential looks.  The scheduler fills every forward pass with the
+next samples of as many images as it takes (the n0 selection samples, the estimation samples of
+CERTIFY and PREDICT, the increments of the sequential modes), routes the votes back to each
+image's counts, reads the counts of the images whose request is complete in one copy to the host,
+and computes the looks of all of them at once.  A forward pass thus holds ``batch_size`` samples
+however few each image asks for at a time.
+
+Results do not depend on the packing: image i's noise comes from its own generator, drawn in
+blocks of :data:`NOISE_BLOCK` copies (a request for m samples: blocks of 256, the last one
+partial) whatever the batch size and whatever else shares its forward passes, so its result
+equals certifying it alone, as long as the model classifies a row the same whatever batch it is
+in (true of the CPU kernels of LeNet and ResNets for batches of :data:`MIN_ROWS` or more, which
+is why a shorter pass is padded to that size).
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Deque, Hashable, Iterable, Iterator, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from ..errors import check
+from .procedures import Procedure
+from .sequential import Look, settle_looks
+
+#: copies of an image drawn per call of its generator: the noise of a seed does not depend on the
+#: batch size (256 was the default batch size when each forward pass held one image, so results
+#: of that default are unchanged)
+NOISE_BLOCK = 256
+#: the fewest rows a forward pass holds (shorter ones are padded): a CPU GEMM on 1 or 2 rows
+#: rounds differently from the same rows in a larger batch
+MIN_ROWS = 16
+
+#: (key, image [C x H x W], generator) of one image to certify
+Item = Tuple[Hashable, torch.Tensor, Optional[torch.Generator]]
+
+
+@dataclass(eq=False)
+class _Task:
+    """One image in flight: its procedure's generator, the counts row it owns, what it still has
+    to draw for its current request, noise drawn for it but not yet classified, and its time."""
+
+    key: Hashable
+    x: torch.Tensor
+    generator: Optional[torch.Generator]
+    steps: Any
+    slot: int
+    todo: int = 0  # copies of the current request not drawn yet
+    staged: Optional[torch.Tensor] = None  # noisy copies drawn but not yet placed in a pass
+    fresh_rows: int = 0  # rows classified since the last time was shared out
+    seconds: float = 0.0
+
+    @property
+    def waiting(self) -> int:
+        return self.todo + (0 if self.staged is None else len(self.staged))
+
+
+@dataclass
+class Packer:
+    """Runs a procedure on a stream of images, ``batch_size`` noisy samples per forward pass.
+
+    ``votes(batch)`` classifies a batch of noisy inputs [B x C x H x W] (the model's dtype) and
+    returns votes [B] (int64; the index ``num_classes`` for non-finite logits); ``full``: every
+    pass runs at ``batch_size`` rows (compiled graphs); ``refuse(bad, total)`` raises when a
+    request saw non-finite logits; ``check_image(x)`` validates each image as it is admitted.
+    """
+
+    votes: Callable[[torch.Tensor], torch.Tensor]
+    sigma: float
+    batch_size: int
+    num_classes: int
+    device: torch.device
+    dtype: torch.dtype
+    refuse: Callable[[int, int], None]
+    check_image: Callable[[torch.Tensor], torch.Tensor]
+    full: bool = False
+    buffer: Optional[torch.Tensor] = None
+    _tasks: Deque[_Task] = field(default_factory=deque)
+
+    def run(self, procedure: Procedure, items: Iterable[Item]) -> Iterator[Tuple[Hashable, Any, float]]:
+        """(key, result, seconds) of each item as it completes; seconds is the item's share of the
+        wall time (the time between reads of the counts, split by rows classified)."""
+        items = iter(items)
+        self._tasks.clear()
+        free = list(range(self.batch_size))[::-1]
+        counts = torch.zeros(self.batch_size, self.num_classes + 1, dtype=torch.long, device=self.device)
+        clock = time.perf_counter()
+        exhausted = False
+        while True:
+            while not exhausted and free and sum(t.waiting for t in self._tasks) < self.batch_size:
+                item = next(items, None)
+                if item is None:
+                    exhausted = True
+                    break
+                self._admit(procedure, item, free.pop())
+            if not self._tasks:
+                return
+            self._pass(counts)
+            done = [t for t in self._tasks if t.waiting == 0]
+            if not done:
+                continue
+            host = counts[[t.slot for t in done]].cpu().numpy()  # the one wait for the device
+            counts[[t.slot for t in done]] = 0
+            now = time.perf_counter()
+            self._share_time(now - clock)
+            clock = now
+            for task, result in self._answer(done, host):
+                self._tasks.remove(task)
+                free.append(task.slot)
+                yield task.key, result, task.seconds
+
+    def _admit(self, procedure: Procedure, item: Item, slot: int) -> None:
+        key, x, generator = item
+        x = self.check_image(x)
+        task = _Task(key, x, generator, procedure.steps(self.sigma), slot)
+        task.todo = next(task.steps)
+        self._tasks.append(task)
+
+    def _pass(self, counts: torch.Tensor) -> None:
+        """One forward pass over the next samples of the tasks in flight, oldest first."""
+        shape = self._tasks[0].x.shape
+        if self.buffer is None or self.buffer.shape[1:] != shape or len(self.buffer) < self.batch_size:
+            self.buffer = None  # free the old one first
+            self.buffer = torch.zeros((self.batch_size, *shape), dtype=self.dtype, device=self.device)
+        rows, owners = 0, []
+        for task in self._tasks:
+            placed = self._place(task, rows)
+            if placed:
+                owners.append((task.slot, placed))
+                task.fresh_rows += placed
+                rows += placed
+            if rows == self.batch_size:
+                break
+        size = self.batch_size if self.full else min(self.batch_size, max(rows, MIN_ROWS))
+        votes = self.votes(self.buffer[:size])[:rows]
+        slots = torch.tensor([s for s, _ in owners], device=self.device)
+        lengths = torch.tensor([k for _, k in owners], device=self.device)
+        index = torch.repeat_interleave(slots, lengths) * (self.num_classes + 1) + votes
+        counts.view(-1).scatter_add_(0, index, torch.ones_like(index))
+
+    def _place(self, task: _Task, start: int) -> int:
+        """Put the task's next noisy copies into buffer rows ``start...`` (as many as fit); drawn
+        in blocks of NOISE_BLOCK, a block that does not fit is staged for the next pass."""
+        space, placed = self.batch_size - start, 0
+        while placed < space and task.waiting:
+            if task.staged is None:
+                block = min(NOISE_BLOCK, task.todo)
+                task.todo -= block
+                if block <= space - placed:
+                    rows = self.buffer[start + placed:start + placed + block]
+                    rows.normal_(0.0, self.sigma, generator=task.generator).add_(task.x)
+                    placed += block
+                    continue
+                task.staged = torch.empty((block, *task.x.shape), dtype=self.dtype, device=self.device)
+                task.staged.normal_(0.0, self.sigma, generator=task.generator).add_(task.x)
+            k = min(len(task.staged), space - placed)
+            self.buffer[start + placed:start + placed + k] = task.staged[:k]
+            task.staged = task.staged[k:] if k < len(task.staged) else None
+            placed += k
+        return placed
+
+    def _share_time(self, seconds: float) -> None:
+        rows = sum(t.fresh_rows for t in self._tasks)
+        for t in self._tasks:
+            t.seconds += seconds * t.fresh_rows / max(rows, 1)
+            t.fresh_rows = 0
+
+    def _answer(self, done: List[_Task], host: np.ndarray) -> Iterator[Tuple[_Task, Any]]:
+        """Send each finished request its counts, then all the looks they ask for at once; yields
+        the tasks whose procedure returned, with the result."""
+        replies: List[Any] = []
+        for task, row in zip(done, host):
+            requested = int(row.sum())
+            self.refuse(int(row[-1]), requested)
+            replies.append(row[:-1])
+        while done:
+            asking, looks = [], []
+            for task, reply in zip(done, replies):
+                try:
+                    request = task.steps.send(reply)
+                except StopIteration as stop:
+                    yield task, stop.value
+                    continue
+                if isinstance(request, Look):
+                    asking.append(task)
+                    looks.append(request)
+                else:
+                    check(request >= 1, f"a procedure asked for {request} samples")
+                    task.todo = request
+            done, replies = asking, settle_looks(looks) if looks else []

@@ -1,0 +1,164 @@
+"""Cohen et al.'s PREDICT and CERTIFY and the sequential modes, as procedures on one image.
+
+A procedure is a validated, frozen dataclass whose :meth:`steps` is a generator: it yields how
+many fresh noisy samples it needs next (and receives their counts [K], numpy int64) or a
+:class:`~rsmooth.smoothing.sequential.Look` (and receives its bounds), and returns the image's
+result.  Written this way, one procedure runs on one image (``Smooth.certify``) or on thousands at
+once (:mod:`rsmooth.smoothing.packing` fills each forward pass with samples of many images and
+computes the looks of all of them together).
+
+PREDICT and CERTIFY: Cohen, Rosenfeld & Kolter 2019, Certified Adversarial Robustness via
+Randomized Smoothing, arXiv 1902.02918, Sec. 3.2.  Sequential and adaptive certification:
+:mod:`rsmooth.smoothing.sequential` (Voracek 2024, arXiv 2406.17830).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generator, Sequence, Tuple, Union
+
+import numpy as np
+
+from .sequential import (Decision, Look, SequentialCertificate, decide, radius_gain, radius_of,
+                         sequence_steps, thresholds, validate_futility, validate_radii, validate_radius_tol,
+                         validate_sequential_alpha)
+from .stats import binom_pvalue, certified_radius, clopper_pearson_lower, validate_alpha, validate_count
+
+#: the class a smoothed classifier returns when it abstains (Cohen et al.'s ``Smooth.ABSTAIN``)
+ABSTAIN = -1
+Steps = Generator[Union[int, Look], Any, Any]
+
+
+def _top(counts: np.ndarray) -> int:
+    """The most frequent class, ties to the lowest index."""
+    return int(np.argmax(counts))
+
+
+def _set(obj: Any, **values: Any) -> None:
+    for key, value in values.items():
+        object.__setattr__(obj, key, value)
+
+
+@dataclass(frozen=True)
+class Predict:
+    """PREDICT: the top class of ``n`` noisy votes, or ABSTAIN when the two-sided binomial test of
+    the top two counts has p-value > ``alpha``.  Returns a class other than g(x) with probability
+    at most alpha.  Result: the class (int)."""
+
+    n: int
+    alpha: float
+
+    def __post_init__(self) -> None:
+        _set(self, n=validate_count("n", self.n), alpha=validate_alpha(self.alpha))
+
+    def steps(self, sigma: float) -> Steps:
+        counts = yield self.n
+        top2 = np.argsort(-counts, kind="stable")[:2]  # ties to the lowest index
+        n_a, n_b = int(counts[top2[0]]), int(counts[top2[1]])
+        return ABSTAIN if binom_pvalue(n_a, n_b) > self.alpha else int(top2[0])
+
+    def samples(self, result: Any) -> int:
+        """The noisy samples an image drew."""
+        return self.n
+
+    def max_samples(self) -> int:
+        """The most noisy samples an image draws."""
+        return self.n
+
+
+@dataclass(frozen=True)
+class Certify:
+    """CERTIFY: c_A from ``n0`` samples, the one-sided Clopper-Pearson lower bound p_A of ``n``
+    fresh samples at level 1 - ``alpha``; (c_A, sigma * Phi^-1(p_A)) if p_A >= 1/2, else
+    (ABSTAIN, 0.0).  With probability >= 1 - alpha, g(x + d) = c_A for every ||d||_2 < radius."""
+
+    n0: int
+    n: int
+    alpha: float
+
+    def __post_init__(self) -> None:
+        _set(self, n0=validate_count("n0", self.n0), n=validate_count("n", self.n), alpha=validate_alpha(self.alpha))
+
+    def steps(self, sigma: float) -> Steps:
+        counts0 = yield self.n0
+        counts = yield self.n
+        c_a = _top(counts0)
+        p_lower = clopper_pearson_lower(int(counts[c_a]), self.n, self.alpha)
+        if p_lower < 0.5:
+            return ABSTAIN, 0.0
+        return c_a, certified_radius(p_lower, sigma)
+
+    def samples(self, result: Any) -> int:
+        return self.n0 + self.n
+
+    def max_samples(self) -> int:
+        return self.n0 + self.n
+
+
+@dataclass(frozen=True)
+class _Sequence:
+    """What both sequential modes share: c_A from n0 samples, then estimation samples until the
+    mode's stopping rule holds or n_max (:func:`~rsmooth.smoothing.sequential.sequence_steps`)."""
+
+    n0: int
+    alpha: float
+    n_max: int
+    futility: float
+
+    def __post_init__(self) -> None:
+        _set(self, n0=validate_count("n0", self.n0), alpha=validate_sequential_alpha(self.alpha),
+             futility=validate_futility(self.futility), n_max=validate_count("n_max", self.n_max))
+
+    def _estimate(self, done) -> Generator[Union[int, Look], Any, Tuple[int, Any]]:
+        c_a = _top((yield self.n0))
+        bounds = yield from sequence_steps(self.alpha, self.n_max, done, self.futility, tally=lambda c: c[c_a])
+        return c_a, bounds
+
+    def samples(self, result: SequentialCertificate) -> int:
+        return result.samples
+
+    def max_samples(self) -> int:
+        return self.n0 + self.n_max
+
+
+@dataclass(frozen=True)
+class Sequential(_Sequence):
+    """Decide robustness at each of ``radii`` (Smooth.certify_sequential says what and how).
+    Result: a :class:`~rsmooth.smoothing.sequential.SequentialCertificate` with its decisions."""
+
+    radii: Sequence[float] = ()
+
+    def __post_init__(self) -> None:
+        radii = validate_radii(self.radii)  # first: the error a user most likely needs
+        super().__post_init__()
+        _set(self, radii=radii)
+
+    def steps(self, sigma: float) -> Steps:
+        levels = thresholds(self.radii, sigma)
+        c_a, bounds = yield from self._estimate(lambda b: Decision.OPEN not in decide(b, levels))
+        decisions = decide(bounds, levels)  # none is open at n_max: the projection is the lower bound there
+        robust = [r for r, d in zip(self.radii, decisions) if d is Decision.ROBUST]
+        prediction, radius = (c_a, max(robust)) if robust else (ABSTAIN, 0.0)
+        return SequentialCertificate(prediction, radius, self.n0 + bounds.n, bounds.n, bounds.n_a, c_a, bounds.lower,
+                                     bounds.upper, bounds.n == self.n_max, decisions)
+
+
+@dataclass(frozen=True)
+class Adaptive(_Sequence):
+    """Certify the largest radius, stopping when more samples cannot raise it by ``radius_tol``
+    (Smooth.certify_adaptive says what and how).  Result: a SequentialCertificate."""
+
+    radius_tol: float = 0.05
+
+    def __post_init__(self) -> None:
+        radius_tol = validate_radius_tol(self.radius_tol)
+        super().__post_init__()
+        _set(self, radius_tol=radius_tol)
+
+    def steps(self, sigma: float) -> Steps:
+        c_a, bounds = yield from self._estimate(lambda b: radius_gain(b, sigma) <= self.radius_tol)
+        prediction, radius = ((c_a, radius_of(bounds.lower, sigma)) if bounds.lower > 0.5 else (ABSTAIN, 0.0))
+        return SequentialCertificate(prediction, radius, self.n0 + bounds.n, bounds.n, bounds.n_a, c_a, bounds.lower,
+                                     bounds.upper, bounds.n == self.n_max)
+
+
+Procedure = Union[Predict, Certify, Sequential, Adaptive]

@@ -1,0 +1,126 @@
+"""The batch size and memory format that certify fastest on this machine: measured, not assumed.
+
+``--batch-size auto`` and ``--channels-last auto`` (the defaults) time a few forward passes of
+noisy copies of one image (noise drawn, added, classified) at growing batch sizes, in each memory
+format, and keep the fastest.  Neither changes a certificate: noise is drawn in blocks of
+:data:`~rsmooth.smoothing.packing.NOISE_BLOCK` copies whatever the batch size, and channels-last
+runs the same float32 arithmetic (it is kept only if its votes on the timed batch equal the
+default format's).  Precision (bf16) and compile change votes and stay opt-in.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import torch
+from torch import nn
+
+from .smooth import DEFAULT_BATCH_SIZE, Smooth
+
+#: batch sizes tried on a CPU, and from where a GPU doubles until it stops gaining or memory ends
+CPU_SIZES = (64, 128, 256, 512, 1024)
+GPU_SIZES = tuple(256 * 2 ** k for k in range(8))  # 256 ... 32768
+#: a batch must gain this much over the last to be worth trying the next size
+MIN_GAIN = 1.05
+#: the noise buffer of a tried batch stays below this many bytes on a CPU
+CPU_BUFFER_BYTES = 512 * 2 ** 20
+#: jobs that draw fewer samples than this skip the measurement (it would cost more than it saves)
+MIN_SAMPLES = 500_000
+
+
+@dataclass
+class Tuning:
+    """The chosen ``batch_size`` and ``channels_last``, how each was chosen ("given", "measured" or
+    "default" for a job too small to measure), and the samples/s measured for each format and size."""
+
+    batch_size: int
+    channels_last: bool
+    how: Dict[str, str]
+    rates: Dict[str, float] = field(default_factory=dict)
+    note: str = ""
+
+    def record(self) -> dict:
+        """The sidecar's ``tuning`` field."""
+        return {"how": self.how, "samples_per_s": {k: round(v, 1) for k, v in self.rates.items()},
+                **({"note": self.note} if self.note else {})}
+
+
+def _rate(smooth: Smooth, x: torch.Tensor, batch_size: int, repeats: int = 3) -> float:
+    """Samples/s of drawing, adding and classifying ``batch_size`` noisy copies of ``x`` (median of
+    ``repeats`` after one warm-up pass)."""
+    noise = torch.empty((batch_size, *x.shape), dtype=x.dtype, device=x.device)
+    g = torch.Generator(device=x.device).manual_seed(0)  # not the global generator: timing draws nothing of a run
+    times: List[float] = []
+    with smooth._eval():
+        for k in range(repeats + 1):
+            t0 = time.perf_counter()
+            smooth._votes(noise.normal_(0.0, smooth.sigma, generator=g).add_(x)).cpu()
+            if k:
+                times.append(time.perf_counter() - t0)
+    return batch_size / sorted(times)[len(times) // 2]
+
+
+def _sizes(x: torch.Tensor, given: Optional[int]) -> Sequence[int]:
+    if given is not None:
+        return (given,)
+    if x.device.type != "cpu":
+        return GPU_SIZES
+    return tuple(b for b in CPU_SIZES if b * x.numel() * x.element_size() <= CPU_BUFFER_BYTES) or (CPU_SIZES[0],)
+
+
+def _best_size(smooth: Smooth, x: torch.Tensor, sizes: Sequence[int], rates: Dict[str, float], name: str) -> int:
+    """The fastest of ``sizes`` (tried in order until one gains less than MIN_GAIN or memory ends)."""
+    best, best_rate = sizes[0], 0.0
+    for b in sizes:
+        try:
+            rate = rates[f"{name} {b}"] = _rate(smooth, x, b)
+        except (RuntimeError, MemoryError):  # out of memory: the largest that fits is the last one
+            if b == sizes[0]:
+                raise
+            break
+        if rate > best_rate:
+            best, gained, best_rate = b, rate >= MIN_GAIN * best_rate, rate
+        else:
+            gained = False
+        if not gained:
+            break
+    return best
+
+
+def _same_votes(a: Smooth, b: Smooth, x: torch.Tensor, batch_size: int) -> int:
+    """How many of ``batch_size`` noisy copies of ``x`` the two classify differently."""
+    batch = torch.randn((batch_size, *x.shape), generator=torch.Generator().manual_seed(0)).to(x) * a.sigma + x
+    with a._eval(), b._eval():
+        return int((a._votes(batch) != b._votes(batch)).sum())
+
+
+def fastest(model: nn.Module, num_classes: int, sigma: float, x: torch.Tensor, *, precision: str = "fp32",
+            compile: bool = False, batch_size: Optional[int] = None, channels_last: Optional[bool] = None,
+            samples: Optional[int] = None) -> "tuple[Smooth, Tuning]":
+    """The :class:`Smooth` of ``model`` in the fastest memory format and its fastest batch size, for
+    images like ``x`` [C x H x W] (on the model's device); ``batch_size`` and ``channels_last`` given
+    (not None) are kept.  A job of fewer than MIN_SAMPLES ``samples`` is not measured: batch 256,
+    the default format.  Compiled mode is not measured either (each batch size compiles)."""
+    how = {"batch_size": "given" if batch_size is not None else "measured",
+           "channels_last": "given" if channels_last is not None else "measured"}
+    small = (samples is not None and samples < MIN_SAMPLES) or compile
+    for key in ("batch_size", "channels_last"):
+        if how[key] == "measured" and small:
+            how[key] = "default"
+    formats = [channels_last] if channels_last is not None else [False] if small else [False, True]
+    smooths = {cl: Smooth(model, num_classes, sigma, precision=precision, channels_last=cl, compile=compile)
+               for cl in formats}
+    if small and batch_size is None:
+        batch_size = DEFAULT_BATCH_SIZE
+    if batch_size is not None and len(formats) == 1:
+        return smooths[formats[0]], Tuning(batch_size, formats[0], how)
+    x = x.to(device=smooths[formats[0]].device, dtype=smooths[formats[0]]._noise_dtype)
+    rates: Dict[str, float] = {}
+    best = {cl: _best_size(smooth, x, _sizes(x, batch_size), rates, "channels_last" if cl else "nchw")
+            for cl, smooth in smooths.items()}
+    cl = max(best, key=lambda c: rates[f"{'channels_last' if c else 'nchw'} {best[c]}"])
+    note = ""
+    if cl and len(formats) == 2 and (differ := _same_votes(smooths[False], smooths[True], x, best[True])):
+        cl, note = False, f"channels-last classified {differ} of {best[True]} noisy inputs differently; kept NCHW"
+    return smooths[cl], Tuning(best[cl], cl, how, rates, note)
