@@ -323,6 +323,26 @@ def test_sequential_shards_and_torchrun_give_the_one_process_files(model, tmp_pa
     assert sorted(q.name for q in out.parent.iterdir()) == ["c.tsv", "c.tsv.json", "c.tsv.seq"]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", [["certify"], ["predict"], ["certify", "--sequential", "--radii", "0.25", "0.5"],
+                                  ["certify", "--adaptive", "--radius-tol", "0.1"]])
+def test_the_batch_size_changes_no_row(model, tmp_path, mode):
+    """Issue 23: examples share forward passes and each one's noise comes in blocks of 256 copies,
+    so every batch size (auto included) writes the same rows, sorted by idx, and OUT.seq alike."""
+    flags = ["--n-max", "3000"] if len(mode) > 1 else ["--n", "700"]
+    runs = {}
+    for batch in ("13", "1000", "auto"):
+        out = tmp_path / f"b{batch}.tsv"
+        n0 = ["--n0", "50"] * (mode != ["predict"])
+        assert main([*mode, "--checkpoint", str(model), *flags, *n0, "--batch-size", batch, "--device", "cpu", *SUBSET,
+                     "--out", str(out)]) == 0
+        runs[batch] = rows(out), Path(f"{out}.seq").read_text() if len(mode) > 1 else None
+    assert runs["13"] == runs["1000"] == runs["auto"]
+    assert [int(r[0]) for r in runs["13"][0][1:]] == list(range(1, 32, 3))
+    meta = json.loads((tmp_path / "bauto.tsv.json").read_text())
+    assert (meta["batch_size"], meta["noise_block"], meta["tuning"]["how"]["batch_size"]) == (256, 256, "default")
+
+
 def test_merge_refuses_sequential_shards_of_other_settings_or_without_their_rows(model, tmp_path, capsys):
     flags = ["--sequential", "--radii", "0.25", "--n-max", "1000", "--n0", "50", "--device", "cpu", *SUBSET]
     assert certify(model, tmp_path / "s.tsv", *flags, "--shard", "0/2") == 0

@@ -383,16 +383,20 @@ class Smooth:
             items: ``(key, x, generator)`` triples: any key, one image [C x H x W] in [0, 1], and
                 the ``torch.Generator`` (on the model's device) its noise is drawn from, or None.
             batch_size: noisy inputs per forward pass; results do not depend on it.
-        Yields:
-            ``(key, result, seconds)`` as each image completes (not necessarily in order): the
-            result of the procedure on that image alone (the method of the same name returns it),
-            and the image's share of the wall time.
+        Returns:
+            an iterator of ``(key, result, seconds)``, one per image as it completes (not necessarily
+            in order): the result of the procedure on that image alone (what the method of the same
+            name returns for it) and the image's share of the wall time.
 
-        Example::
+        Example:
+            ```python
+            from rsmooth.smoothing.procedures import Certify
 
-            gens = (torch.Generator().manual_seed(i) for i in range(len(xs)))
-            for i, (pred, radius), s in smooth.stream(Certify(100, 10_000, 0.001), zip(range(len(xs)), xs, gens), 1024):
-                ...
+            gens = [torch.Generator().manual_seed(i) for i in range(len(xs))]
+            items = zip(range(len(xs)), xs, gens)
+            for i, (pred, radius), seconds in smooth.stream(Certify(100, 10_000, 0.001), items, 1024):
+                print(i, pred, radius)
+            ```
         """
         batch_size = validate_count("batch_size", batch_size)
         packer = Packer(self._votes, self.sigma, batch_size, self.num_classes, self.device, self._noise_dtype,
