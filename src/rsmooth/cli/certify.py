@@ -8,7 +8,7 @@ from typing import Any, Dict
 from ..errors import RsmoothError
 from .flags import (DEFAULT_N, TRUST_PICKLE, UNITS, add_arch_flags, add_certify_options, add_common_data,
                     add_corruption_flags, add_foreign_flags, add_heartbeat_flag, add_sequential_flags,
-                    add_trust_code_flag, auto_batch_help, batch_size, model_options)
+                    add_trust_code_flag, auto_batch_help, batch_size, integer, model_options)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -50,10 +50,33 @@ def _add_mode(sub: argparse._SubParsersAction, name: str, helptext: str) -> None
     if name == "certify":
         add_sequential_flags(c)
     add_corruption_flags(c)
+    _add_diffusion_flags(c)
     add_arch_flags(c, train=False)
     add_common_data(c)
     add_foreign_flags(c)
     c.set_defaults(func=run, mode=name)
+
+
+def _add_diffusion_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "diffusion denoised smoothing", "certify the --checkpoint classifier f behind an epsilon-predicting "
+        "diffusion model D (Carlini, Tramer, Dvijotham, Rice, Sun, Kolter 2023, (Certified!!) Adversarial "
+        "Robustness for Free!, arXiv 2206.10550): the base classifier is f(D(x + delta)). What D does to a "
+        "noisy input x + delta in [0,1] pixels: the model works in [-1,1], so 2(x + delta) - 1 carries noise "
+        "2 sigma; t* is the schedule step whose sqrt((1 - abar_t)/abar_t) is nearest to 2 sigma (the realised "
+        "sigma, half that step's value, is printed and recorded in OUT.json); x_t* = sqrt(abar_t*) (2(x + delta) "
+        "- 1); x0 = (x_t* - sqrt(1 - abar_t*) eps(x_t*, t*)) / sqrt(abar_t*), clamped to [-1,1], mapped back "
+        "to [0,1] and classified. Costs the UNet pass(es) per noise sample: the cost per sample and the run's "
+        "time are printed before it starts")
+    g.add_argument("--diffusion", metavar="PATH_OR_ID",
+                   help="a diffusers UNet2DModel + DDPMScheduler folder saved with save_pretrained (or a cached hub "
+                   "id; pip install 'rsmooth[diffusion]'), rsmooth's DDPM file (bench/train_ddpm.py), or "
+                   "package.module:factory returning (model, alphas_cumprod) with model(x_t, t) -> epsilon; "
+                   "of a learned-variance output (improved/guided-diffusion) the epsilon half is used (default: none, "
+                   "the classifier alone)")
+    g.add_argument("--diffusion-steps", type=integer, default=1, metavar="K",
+                   help="reverse-process steps from t* to 0 (evenly spaced, a UNet pass each; the noise of each "
+                   "step seeded by the input); 1: the one-shot estimate above, the paper's default (default: 1)")
 
 
 def _sequential_options(args: argparse.Namespace) -> Dict[str, Any]:
@@ -97,7 +120,7 @@ def run(args: argparse.Namespace) -> None:
                   seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
                   data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
                   trust_pickle=args.trust_pickle, trust_code=args.trust_code, model_options=model_options(args),
-                  heartbeat=args.heartbeat)
+                  heartbeat=args.heartbeat, diffusion=args.diffusion, diffusion_steps=args.diffusion_steps)
     dataset = args.dataset
     if args.corruption is None and args.severity is None and (
             dataset is None or not published_release(dataset)):

@@ -42,6 +42,7 @@ from ..smoothing.sequential import (CONFIDENCE_SEQUENCE, FUTILITY, SequentialCer
 from . import distributed
 from .checkpoint import (LoadedModel, file_sha256, git_commit, load_model, resolve_checkpoint_path,
                          resolve_device, versions)
+from .diffusion import log_cost, with_diffusion
 from .seeding import generator, validate_seed
 from .seqfile import SEQUENTIAL_MODES, SeqWriter, adopt_legacy, sequential_path
 from .shards import (CERTIFY, RUN_IDENTITY, clean_merged, identity_diff, lock_path, merge_certify, parse_shard,
@@ -101,6 +102,8 @@ class CertifyJob:
     progress: bool = True  # a progress bar where one can be drawn
     log: Callable[[str], None] = print
     heartbeat: Optional[float] = None  # seconds between progress lines where no bar is drawn
+    diffusion: Optional[str] = None  # a diffusion denoiser in front of the model (engine/diffusion.py)
+    diffusion_steps: int = 1  # its reverse steps from t* (1: one-shot)
 
     def __post_init__(self) -> None:
         for key, value in {**self._checked_sampling(), **self._checked_run()}.items():
@@ -143,6 +146,7 @@ class CertifyJob:
             "heartbeat": heartbeat_interval(self.heartbeat),
             "sigma": None if self.sigma is None else validate_sigma(self.sigma),
             "precision": validate_precision(self.precision).value,
+            "diffusion_steps": validate_count("diffusion_steps", self.diffusion_steps),
         }
 
     @property
@@ -198,6 +202,8 @@ def run_certification(
     progress: bool = True,
     log: Callable[[str], None] = print,
     heartbeat: Optional[float] = None,
+    diffusion: Optional[str] = None,
+    diffusion_steps: int = 1,
 ) -> Path:
     """Certify (or predict) the ``split`` examples ``start, start+skip, ...``, at most ``max``.
 
@@ -233,6 +239,11 @@ def run_certification(
     Where no progress bar is drawn (a log file), a progress line is logged every ``heartbeat``
     seconds (default ``$RSMOOTH_HEARTBEAT`` or 60; 0: none; :class:`~rsmooth.progress.Heartbeat`),
     and every run ends with a one-line summary of ``out`` (:func:`summary_line`).
+
+    ``diffusion`` (a diffusers folder or cached hub id, rsmooth's DDPM file, or a
+    ``package.module:factory``) certifies the checkpoint's classifier behind a diffusion denoiser
+    run ``diffusion_steps`` reverse steps from the timestep matching sigma
+    (:mod:`rsmooth.models.diffusion`, :mod:`rsmooth.engine.diffusion`).
 
     The keywords are the fields of :class:`CertifyJob`: this is ``CertifyJob(...).run()``.
     """
@@ -313,20 +324,25 @@ def resolve(job: CertifyJob) -> Resolved:
         _warn_small_n(job.n, job.alpha, sigma, log)
     elif job.sequential:
         _warn_small_n_max(job.n_max, job.alpha, sigma, job.radii, log)
-    model = loaded.model.to(dev)
+    model, diffusion = with_diffusion(loaded.model, job, sigma)
+    model = model.to(dev)
     data = get_dataset(loaded.dataset, job.split, data_dir=job.data_dir, corruption=job.corruption,
                        severity=job.severity, corruption_seed=job.corruption_seed,
                        corruption_suite=job.corruption_suite)
     indices = certify_indices(len(data), skip=job.skip, max=job.max, start=job.start)
     check(bool(indices), f"--start {job.start} is past the last {job.split} example (index {len(data) - 1})")
     procedure = procedure_of(job)
+    examples = len(shard_share(indices, shard) if shard else indices)
     smooth, tuning = fastest(model, loaded.num_classes, sigma, data[indices[0]][0], precision=job.precision,
                              compile=job.compile, batch_size=job.batch_size, channels_last=job.channels_last,
-                             samples=len(shard_share(indices, shard) if shard else indices) * procedure.max_samples())
+                             samples=examples * procedure.max_samples())
     if "measured" in tuning.how.values():
         log(f"measured on {dev}: {tuning.batch_size} noisy inputs per forward pass, "
             f"{'channels-last' if tuning.channels_last else 'NCHW'}{'; ' + tuning.note if tuning.note else ''}")
-    meta = _identity(job, loaded, data, smooth, tuning, indices, dev)
+    meta = {**_identity(job, loaded, data, smooth, tuning, indices, dev), **diffusion}
+    if diffusion:
+        log_cost(model, data[indices[0]][0], sigma, diffusion, log, batch_size=tuning.batch_size,
+                 samples=procedure.max_samples(), examples=examples, at_most=job.sequential)
     return Resolved(job, world, shard, dev, smooth, procedure, tuning.batch_size, data, indices, meta, log, progress)
 
 

@@ -1,0 +1,266 @@
+"""Diffusion denoised smoothing (Carlini, Tramer, Dvijotham, Rice, Sun, Kolter 2023, (Certified!!)
+Adversarial Robustness for Free!, arXiv 2206.10550, Sec. 3 and Algorithm 1): an off-the-shelf
+epsilon-predicting diffusion model (Ho, Jain, Abbeel 2020, Denoising Diffusion Probabilistic
+Models, arXiv 2006.11239) as the denoiser D in front of any classifier f; randomized smoothing
+certifies f(D(x + delta)) as it certifies any base classifier (Cohen et al. 2019).
+
+What is done to a noisy input x + delta ([0, 1] pixels, delta ~ N(0, sigma^2 I)):
+
+1. the diffusion model works in [-1, 1], so 2(x + delta) - 1 = (2x - 1) + 2 delta carries noise of
+   standard deviation **2 sigma**; the timestep t* is the schedule step whose noise-to-signal ratio
+   sqrt((1 - abar_t) / abar_t) is nearest to 2 sigma (``rounding="up"``: the first step at or above
+   it, as the authors' ``certify.py`` picks it); the realised sigma is half that step's ratio;
+2. x_t* = sqrt(abar_t*) (2(x + delta) - 1), which is the forward process's x_t* up to the
+   difference between 2 sigma and the step's ratio;
+3. one-shot (default): x0_hat = (x_t* - sqrt(1 - abar_t*) eps(x_t*, t*)) / sqrt(abar_t*), clamped to
+   [-1, 1] (``clip_denoised=True`` in the authors' code) and returned as (x0_hat + 1) / 2 in [0, 1];
+   ``steps > 1``: the DDPM reverse process from t* to 0 over ``steps`` evenly spaced timesteps, each
+   step's x0_hat clamped, sampling x_s' ~ q(x_s' | x_s, x0_hat) with the posterior variance (Ho et
+   al. 2020 eq. 7), ``steps = t* + 1`` being the full chain of the paper's appendix.
+
+The certificate does not depend on these choices: the noise is Smooth's delta at exactly sigma,
+and D is part of the base classifier.  (The authors' code instead lets the diffusion's forward
+process add noise at the step's level, at least 2 sigma, which is why it rounds up.)
+
+Models come as ``eps(x_t, t)`` networks: a ``diffusers`` ``UNet2DModel`` + ``DDPMScheduler`` folder
+or cached hub id, rsmooth's own DDPM file (:mod:`rsmooth.models.unet`), or a user's
+``module:factory`` returning ``(model, alphas_cumprod)`` (OpenAI improved/guided-diffusion:
+learned-variance outputs of 2C channels give their epsilon half; class-conditional models get
+``class_label``).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from ..errors import RsmoothError, check
+
+#: how t* is picked when no schedule step matches 2 sigma exactly
+ROUNDINGS = ("nearest", "up")
+
+
+def noise_ratios(alphas_cumprod: torch.Tensor) -> torch.Tensor:
+    """sqrt((1 - abar_t) / abar_t) per step [T]: the noise std of x_t / sqrt(abar_t) in [-1, 1] units."""
+    a = torch.as_tensor(alphas_cumprod, dtype=torch.float64)
+    return ((1 - a) / a).sqrt()
+
+
+def choose_timestep(alphas_cumprod: torch.Tensor, sigma: float, rounding: str = "nearest") -> Tuple[int, float]:
+    """(t*, realised sigma): the step whose ratio sqrt((1 - abar_t)/abar_t) matches 2 sigma (Carlini
+    et al. 2023, arXiv 2206.10550, Algorithm 1: the [-1, 1] scaling doubles sigma), the nearest one
+    or (``rounding="up"``) the first at or above it; the realised sigma is that ratio / 2 in [0, 1]
+    pixel units.  A schedule whose noise never reaches 2 sigma is a one-line error."""
+    check(rounding in ROUNDINGS, f"timestep rounding must be one of {', '.join(ROUNDINGS)}, got {rounding!r}")
+    ratios = noise_ratios(alphas_cumprod)
+    target = 2 * float(sigma)
+    top = float(ratios.max())
+    check(top >= target * (1 - 1e-6), f"the diffusion schedule's noise never reaches sigma {sigma:g}: its largest "
+          f"level is {top / 2:.4g} in [0, 1] pixels ({top:.4g} in the model's [-1, 1]); certify at a smaller --sigma "
+          f"or use a model whose schedule goes further")
+    if rounding == "nearest":
+        t = int((ratios - target).abs().argmin())
+    else:
+        t = int(torch.nonzero(ratios >= target * (1 - 1e-6))[0])
+    return t, float(ratios[t]) / 2
+
+
+def reverse_timesteps(t_star: int, steps: int) -> List[int]:
+    """The ``steps`` timesteps the reverse process visits, t* first and 0 last (evenly spaced,
+    rounded); one step is t* alone (the one-shot estimate)."""
+    check(1 <= steps <= t_star + 1, f"--diffusion-steps must be between 1 and t* + 1 = {t_star + 1} "
+          f"(the timesteps from t* = {t_star} down to 0), got {steps}")
+    if steps == 1:
+        return [t_star]
+    return [round(t_star * (1 - i / (steps - 1))) for i in range(steps)]
+
+
+class EpsilonModel(nn.Module):
+    """A diffusion network called as ``eps(x_t, t) -> [B, C, H, W]``.
+
+    ``kind``: ``"plain"`` calls ``net(x_t, t)`` (with ``y=`` for a class label: OpenAI
+    improved/guided-diffusion), ``"diffusers"`` calls ``net(x_t, t, class_labels=...).sample``.
+    An output of 2C channels is a learned-variance model's [epsilon, variance] (Nichol & Dhariwal
+    2021, Improved Denoising Diffusion Probabilistic Models, arXiv 2102.09672): its first C are
+    kept.  Any other channel count is a one-line error."""
+
+    def __init__(self, net: nn.Module, kind: str = "plain", class_label: Optional[int] = None) -> None:
+        super().__init__()
+        self.net, self.kind, self.class_label = net, kind, class_label
+
+    def forward(self, x: torch.Tensor, t: int) -> torch.Tensor:
+        ts = torch.full((x.shape[0],), t, dtype=torch.long, device=x.device)
+        y = None if self.class_label is None else torch.full_like(ts, self.class_label)
+        if self.kind == "diffusers":
+            out = self.net(x, ts, class_labels=y).sample
+        else:
+            out = self.net(x, ts) if y is None else self.net(x, ts, y=y)
+        c = x.shape[1]
+        check(out.ndim == 4 and out.shape[0] == x.shape[0] and out.shape[2:] == x.shape[2:]
+              and out.shape[1] in (c, 2 * c),
+              f"the diffusion model maps {tuple(x.shape)} to {tuple(out.shape)}; an epsilon prediction has the "
+              f"input's shape ({c} channels, or {2 * c} with a learned variance)")
+        return out[:, :c]
+
+
+class DiffusionDenoiser(nn.Module):
+    """D(x + delta): [B, C, H, W] noisy [0, 1] pixels -> [B, C, H, W] denoised [0, 1] pixels, for
+    smoothing noise sigma (pixel units) and an epsilon model with its ``alphas_cumprod`` [T].
+
+    See the module docstring for exactly what is done to the input.  ``steps`` = 1 is the
+    one-shot estimate (one UNet pass per noisy copy); more run the reverse process from t* (one pass
+    each), whose noise for each noisy copy is drawn from a generator seeded by that copy's bytes, so
+    a copy is denoised the same way in any batch (certificates stay reproducible and independent of
+    batch size, packing and sharding).
+    ``info`` records t*, the realised sigma, the steps and the rounding."""
+
+    def __init__(self, eps_model: nn.Module, alphas_cumprod: Sequence[float], sigma: float, steps: int = 1,
+                 rounding: str = "nearest") -> None:
+        super().__init__()
+        self.eps_model = eps_model
+        self.abar = torch.as_tensor(alphas_cumprod, dtype=torch.float64).cpu()
+        check(self.abar.ndim == 1 and len(self.abar) > 0 and bool(((self.abar > 0) & (self.abar <= 1)).all()),
+              "alphas_cumprod must be a 1-D schedule of values in (0, 1]")
+        self._abar = self.abar.tolist()  # Python floats: the arithmetic traces to constants (--compile)
+        self.t_star, self.realised_sigma = choose_timestep(self.abar, sigma, rounding)
+        self.timesteps = reverse_timesteps(self.t_star, steps)
+        self.info: Dict[str, Any] = {"t": self.t_star, "realised_sigma": self.realised_sigma, "steps": steps,
+                                     "rounding": rounding, "schedule_steps": len(self.abar)}
+
+    def x0_hat(self, x_t: torch.Tensor, t: int) -> torch.Tensor:
+        """(x_t - sqrt(1 - abar_t) eps(x_t, t)) / sqrt(abar_t), clamped to [-1, 1]."""
+        a = self._abar[t]
+        eps = self.eps_model(x_t, t)
+        return ((x_t - math.sqrt(1 - a) * eps) / math.sqrt(a)).clamp(-1, 1)
+
+    def posterior_step(self, x_t: torch.Tensor, x0: torch.Tensor, t: int, s: int,
+                       gens: Sequence[torch.Generator]) -> torch.Tensor:
+        """A draw of x_s ~ q(x_s | x_t, x0) for s < t (Ho et al. 2020 eq. 6-7 with abar_t / abar_s in
+        place of alpha_t, the respaced chain's step): mean c0 x0 + ct x_t, variance
+        (1 - abar_s)/(1 - abar_t) (1 - abar_t/abar_s); row i's noise from ``gens[i]``."""
+        at, as_ = self._abar[t], self._abar[s]
+        beta = 1 - at / as_
+        c0 = math.sqrt(as_) * beta / (1 - at)
+        ct = math.sqrt(at / as_) * (1 - as_) / (1 - at)
+        std = math.sqrt(beta * (1 - as_) / (1 - at))
+        noise = torch.stack([torch.randn(x_t.shape[1:], generator=g, device=x_t.device, dtype=x_t.dtype)
+                             for g in gens])
+        return c0 * x0 + ct * x_t + std * noise
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        taus = self.timesteps
+        x_t = math.sqrt(self._abar[taus[0]]) * (2 * x - 1)
+        gens = _row_generators(x) if len(taus) > 1 else []
+        for i, t in enumerate(taus):
+            x0 = self.x0_hat(x_t, t)
+            if i + 1 < len(taus):
+                x_t = self.posterior_step(x_t, x0, t, taus[i + 1], gens)
+        return (x0 + 1) / 2
+
+
+def _row_generators(x: torch.Tensor) -> List[torch.Generator]:
+    """One generator per row of x [B, ...] on x's device, seeded by a hash of that row's bytes: the
+    reverse process's noise for a noisy copy depends on that copy alone (not on its batch)."""
+    rows = x.detach().contiguous().cpu().view(torch.uint8).reshape(len(x), -1).numpy()  # any dtype's bytes
+    gens = []
+    for row in rows:
+        gen = torch.Generator(device=x.device)
+        gen.manual_seed(int.from_bytes(hashlib.sha256(row.tobytes()).digest()[:8], "little"))
+        gens.append(gen)
+    return gens
+
+
+# -- loading ------------------------------------------------------------------------------------
+
+def load_diffusion(spec: str, *, class_label: Optional[int] = None) -> Tuple[EpsilonModel, torch.Tensor, Dict[str, Any]]:
+    """(epsilon model in eval mode, alphas_cumprod [T], what to record) of ``spec``: rsmooth's DDPM
+    file, a ``package.module:factory`` returning ``(model, alphas_cumprod)`` or ``(model,
+    alphas_cumprod, {"prediction_type": ...})``, or a diffusers ``UNet2DModel`` + ``DDPMScheduler``
+    folder (both in it, or in ``unet/`` and ``scheduler/`` as a saved pipeline) or cached hub id.
+    The caller names ``spec`` (a flag, an argument: never a file's record), so a factory is the
+    user's choice (:mod:`rsmooth.trust`); :func:`rsmooth.engine.diffusion.with_diffusion` says so to
+    the gate."""
+    record: Dict[str, Any] = {"diffusion": spec}
+    if os.path.isfile(spec):
+        from .unet import load_ddpm
+
+        net, abar, _ = load_ddpm(spec)
+        record["diffusion_format"] = "rsmooth-ddpm"
+        kind, prediction = "plain", "epsilon"
+    elif ":" in spec and not os.path.isdir(spec):
+        net, abar, prediction = _from_factory(spec)
+        record["diffusion_format"] = "factory"
+        kind = "plain"
+    else:
+        net, abar, prediction, conditional = _from_diffusers(spec)
+        check(not conditional or class_label is not None, f"--diffusion {spec} is class-conditional: give the "
+              f"class label every input is denoised with (class_label=K)")
+        record["diffusion_format"] = "diffusers"
+        kind = "diffusers"
+    check(prediction == "epsilon", f"--diffusion {spec} predicts {prediction!r}; diffusion denoised smoothing needs "
+          f"an epsilon-predicting model (prediction_type 'epsilon')")
+    if class_label is not None:
+        record["diffusion_class_label"] = class_label
+    return EpsilonModel(net.eval(), kind, class_label), torch.as_tensor(abar, dtype=torch.float64), record
+
+
+def _from_factory(spec: str) -> Tuple[nn.Module, Any, str]:
+    from .factory import _import_factory
+
+    try:
+        out = _import_factory(spec)()
+    except RsmoothError:
+        raise
+    except Exception as e:  # the user's factory may raise anything
+        raise RsmoothError(f"--diffusion {spec}: the factory failed ({type(e).__name__}: {e})") from e
+    check(isinstance(out, tuple) and len(out) in (2, 3) and isinstance(out[0], nn.Module),
+          f"--diffusion {spec} must return (model, alphas_cumprod) or (model, alphas_cumprod, options), "
+          f"got {type(out).__name__}")
+    options = out[2] if len(out) == 3 else {}
+    check(isinstance(options, dict), f"--diffusion {spec}: its third value must be a dict of options")
+    return out[0], out[1], options.get("prediction_type", "epsilon")
+
+
+def _from_diffusers(spec: str) -> Tuple[nn.Module, torch.Tensor, str, bool]:
+    try:
+        import diffusers
+    except ImportError:
+        what = "a diffusers folder" if os.path.isdir(spec) else "no file or folder of that name; as a hub id it"
+        raise RsmoothError(f"--diffusion {spec}: {what} needs the diffusers package: "
+                           f"pip install 'rsmooth[diffusion]'") from None
+    parts = []
+    for cls in (diffusers.UNet2DModel, diffusers.DDPMScheduler):
+        sub = "unet" if cls is diffusers.UNet2DModel else "scheduler"
+        parts.append(_from_pretrained(cls, spec, sub))
+    unet, scheduler = parts
+    conditional = getattr(unet.config, "num_class_embeds", None) is not None
+    return unet, scheduler.alphas_cumprod, scheduler.config.prediction_type, conditional
+
+
+def _from_pretrained(cls: Any, spec: str, subfolder: str) -> Any:
+    """``cls.from_pretrained`` of ``spec`` (its ``subfolder`` when it has one), local files only."""
+    errors = []
+    for sub in (subfolder, None):
+        try:
+            return cls.from_pretrained(spec, subfolder=sub, local_files_only=True)
+        except Exception as e:  # diffusers raises OSError, ValueError, EnvironmentError...
+            errors.append(e)
+    raise RsmoothError(f"--diffusion {spec}: no {cls.__name__} there, neither a folder saved with save_pretrained "
+                       f"nor a cached hub id ({type(errors[-1]).__name__}: {str(errors[-1]).splitlines()[0]})")
+
+
+def diffusion_classifier(classifier: nn.Module, diffusion: str, sigma: float, *, steps: int = 1,
+                         rounding: str = "nearest", class_label: Optional[int] = None
+                         ) -> Tuple[nn.Module, Dict[str, Any]]:
+    """(f(D(x)) as ``nn.Sequential(D, f)`` for :class:`~rsmooth.smoothing.Smooth`, what to record):
+    ``classifier`` f takes [0, 1] pixels [B, C, H, W] (any model rsmooth loads), D is
+    :class:`DiffusionDenoiser` of the model ``diffusion`` names (:func:`load_diffusion`) at
+    smoothing noise ``sigma``.  Both are frozen and in eval mode."""
+    eps, abar, record = load_diffusion(diffusion, class_label=class_label)
+    denoiser = DiffusionDenoiser(eps, abar, sigma, steps, rounding)
+    model = nn.Sequential(denoiser, classifier).eval().requires_grad_(False)
+    return model, {**record, **{f"diffusion_{k}": v for k, v in denoiser.info.items()}}
