@@ -268,7 +268,7 @@ class OOMOnBigBatches(NaNAbove):
 
 def test_out_of_memory_in_the_forward_pass_says_what_to_lower():
     s = Smooth(OOMOnBigBatches(limit=2.0), 2, 0.25)
-    with pytest.raises(RsmoothError, match=r"out of memory classifying 10 noisy inputs .*--batch-size, now 64"):
+    with pytest.raises(RsmoothError, match=r"out of memory classifying up to 64 noisy inputs .*--batch-size, now 64"):
         s.certify(torch.rand(1, 2, 2), 10, 100, 0.001, 64)
 
 

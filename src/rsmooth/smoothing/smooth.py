@@ -407,8 +407,8 @@ class Smooth:
             except (RuntimeError, MemoryError) as e:
                 if not _out_of_memory(e):
                     raise
-                raise RsmoothError(f"out of memory classifying {batch_size} noisy inputs per forward pass on "
-                                   f"{self.device}; lower batch_size (--batch-size)") from e
+                raise RsmoothError(f"out of memory classifying up to {batch_size} noisy inputs per forward pass on "
+                                   f"{self.device}; lower batch_size (--batch-size, now {batch_size})") from e
 
     def _checked_items(self, items: Iterable[Item]) -> Iterator[Item]:
         for key, x, generator in items:
