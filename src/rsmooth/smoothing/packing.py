@@ -101,14 +101,9 @@ class Packer:
         free = list(range(self.batch_size))[::-1]
         counts = torch.zeros(self.batch_size, self.num_classes + 1, dtype=torch.long, device=self.device)
         clock = time.perf_counter()
-        exhausted = False
+        more = True
         while True:
-            while not exhausted and free and sum(t.waiting for t in self._tasks) < self.batch_size:
-                item = next(items, None)
-                if item is None:
-                    exhausted = True
-                    break
-                self._admit(procedure, item, free.pop())
+            more = more and self._admit_until_full(procedure, items, free)
             if not self._tasks:
                 return
             self._pass(counts)
@@ -135,6 +130,15 @@ class Packer:
         task.held.append(counts[task.slot].clone())
         counts[task.slot].zero_()
         task.todo = task.later.pop(0)
+        return True
+
+    def _admit_until_full(self, procedure: Procedure, items: Iterator[Item], free: List[int]) -> bool:
+        """Admit images until their waiting samples fill a pass; False once ``items`` is exhausted."""
+        while free and sum(t.waiting for t in self._tasks) < self.batch_size:
+            item = next(items, None)
+            if item is None:
+                return False
+            self._admit(procedure, item, free.pop())
         return True
 
     def _admit(self, procedure: Procedure, item: Item, slot: int) -> None:
