@@ -374,3 +374,21 @@ def test_ci_plot_error_bars(files, tmp_path, monkeypatch):
     bars.clear()
     analyze(files, plot=tmp_path / "plain.png")
     assert bars == []  # no --ci, no bars
+
+
+def test_plot_curves_writes_a_png_of_every_line_and_refuses_empty_ones(tmp_path):
+    from PIL import Image
+
+    from rsmooth.report.plots import plot_curves
+
+    out = plot_curves([("ours", [1, 2, 3], [70.0, 77.0, 81.0]), ("authors", [1, 2, 3], [74.0, 77.5, 81.2])],
+                      tmp_path / "curve.png", ylabel="noisy test accuracy (%)", title="sigma 0.25")
+    with Image.open(out) as img:
+        assert img.format == "PNG" and img.size[0] > 300
+        colours = {c for _, c in img.convert("RGB").getcolors(1 << 20)}
+    assert len(colours) > 10  # lines, labels, grid: not a blank canvas
+    for bad in ([], [("x", [], [])], [("x", [1, 2], [3.0])]):
+        with pytest.raises(RsmoothError, match="plot_curves needs one or more"):
+            plot_curves(bad, tmp_path / "bad.png")
+    with pytest.raises(RsmoothError, match=r"cannot write a plot as \.jpg"):
+        plot_curves([("x", [1], [2.0])], tmp_path / "c.jpg")

@@ -178,4 +178,31 @@ def plot_corruptions(columns: Sequence[tuple], out: PathLike, title: str = "") -
     return _save(fig, out, fmt)
 
 
-__all__ = ["approximate_caption", "plot_certified_accuracy", "plot_corruptions", "plot_format", "PLOT_FORMATS", "RADIUS_LABEL"]
+def plot_curves(curves: Sequence[tuple], out: PathLike, *, xlabel: str = "epoch", ylabel: str = "",
+                title: str = "") -> Path:
+    """Lines of ``(label, xs, ys)`` on one axis (a training curve beside the authors' released log);
+    written to ``out`` (png, pdf or svg)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    out = Path(out)
+    fmt = plot_format(out)
+    if not curves or any(len(xs) == 0 or len(xs) != len(ys) for _, xs, ys in curves):
+        raise RsmoothError("plot_curves needs one or more (label, xs, ys) with as many xs as ys, and some of each")
+    fig = Figure(figsize=(6.4, 4.0))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    for label, xs, ys in curves:
+        ax.plot(xs, ys, label=label, linewidth=1.2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return _save(fig, out, fmt)
+
+
+__all__ = ["approximate_caption", "plot_certified_accuracy", "plot_corruptions", "plot_curves", "plot_format",
+           "PLOT_FORMATS", "RADIUS_LABEL"]
