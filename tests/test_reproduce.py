@@ -273,8 +273,9 @@ def test_table_over_seeds_against_numpy(tmp_path):
         assert cells[3] == f"{np.mean(acrs):.3f} ± {np.std(acrs, ddof=1):.3f}"
         assert cells[6] == f"{np.mean(acc50):.1f} ± {np.std(acc50, ddof=1):.1f}"  # radius 0.50
         paper = next(r for r in spec.rows if r.method == method).paper
-        assert lines[k + 1].split("|")[4].strip() == f"{paper.acr:.3f}"
-        assert lines[k + 2].split("|")[4].strip() == f"{np.mean(acrs) - paper.acr:+.3f}"
+        assert lines[k + 1].startswith("|  |  | 95% interval | [")
+        assert lines[k + 2].split("|")[4].strip() == f"{paper.acr:.3f}"
+        assert lines[k + 3].split("|")[4].strip().split()[0] == f"{np.mean(acrs) - paper.acr:+.3f}"
     assert "Budget small,train=1, REDUCED, not the paper's protocol: epochs x0.1 (90 -> 9, 150 -> 15" in text
     assert "training set x1 (all)" in text and "n = 10,000" in text and "every 10th test example" in text
     assert "the training runs evaluate the test set after their last epoch only" in text
@@ -463,3 +464,49 @@ def test_a_signal_while_a_step_trains(tmp_path, sig, code, word):
     assert proc.returncode == code, log
     assert log.count("rsmooth: terminated") + log.count("rsmooth: interrupted") == 1, log
     assert f"rsmooth: {word}; rerun the same command" in log, log
+
+
+def test_intervals_inside_and_stage_costs_against_scipy(tmp_path):
+    """One seed: the 95% row is Clopper-Pearson's exact interval (scipy's binomtest) at each radius
+    and mean +- 1.96 standard errors for the ACR; '(inside)'/'(outside)' compare the paper's value
+    with it; the costs come from train.log's epoch times and the TSV's time column."""
+    from scipy.stats import binomtest, norm
+
+    from rsmooth.metrics import CertifyWriter, write_sidecar
+
+    rng = np.random.default_rng(0)
+    m = 400
+    radius = np.where(rng.random(m) < 0.8, rng.uniform(0, 1.2, m), 0.0)
+    correct = rng.random(m) < 0.9
+    run = tmp_path / "runs" / "fashion-mnist" / "gaussian_0.25" / "seed0"
+    run.mkdir(parents=True)
+    with CertifyWriter(run / "certify.tsv") as w:
+        for i in range(m):
+            w.write(i, 0, 0 if correct[i] else 1, float(radius[i]), bool(correct[i]), 0.5)
+    write_sidecar(run / "certify.tsv", {"complete": True, "mode": "certify", "n0": 100, "n": 100_000})
+    (run / "train.log").write_text("".join(json.dumps({"epoch": e, "time": 30.0}) + "\n" for e in range(1, 91))
+                                   + '{"epoch": 91, "ti')  # a line cut by a kill is not counted
+    text = reproduce("catrs:table4", str(tmp_path), budget="paper,test=0.1", seeds=1, methods=["gaussian"],
+                     sigmas=[0.25], collect=True)
+    lines = text.splitlines()
+    k = next(i for i, ln in enumerate(lines) if "| Gaussian | ours |" in ln)
+    ci = [c.strip() for c in lines[k + 1].split("|")[1:-1]]
+    diff = [c.strip() for c in lines[k + 3].split("|")[1:-1]]
+    paper = select(get_table("catrs:table4"), ["gaussian"], [0.25]).rows[0].paper
+    values = radius * correct
+    half = norm.ppf(0.975) * np.std(values, ddof=1) / np.sqrt(m)
+    assert ci[3] == f"[{values.mean() - half:.3f}, {values.mean() + half:.3f}]"
+    assert diff[3].endswith("(inside)" if abs(values.mean() - paper.acr) <= half else "(outside)")
+    radii = get_table("catrs:table4").radii
+    for j, r in enumerate(radii):
+        count = int(np.sum(correct & (radius >= r)))
+        lo, hi = binomtest(count, m).proportion_ci(0.95, "exact")
+        assert ci[4 + j] == f"[{100 * lo:.1f}, {100 * hi:.1f}]"
+        a = paper.accuracy_at(r)
+        assert diff[4 + j].endswith("(inside)" if 100 * lo <= a <= 100 * hi else "(outside)")
+    assert "Clopper-Pearson, exact" in text and "whether the paper's value lies in it" in text
+    assert ("- Gaussian sigma 0.25: train 90 epochs in 45m00s (30.0 s per epoch); certify 400 examples in 3m20s, "
+            f"{400 * 100_100 / 200:,.0f} samples/s") in text
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["costs"][0]["certify"]["samples_per_s"] == pytest.approx(400 * 100_100 / 200)
+    assert res["rows"][0]["paper"]["inside"]["acr"] in ("inside", "outside")

@@ -1,17 +1,20 @@
 """The reproduced table in the paper's layout: per row our ACR and certified accuracy (mean +- std
-over seeds), the published values and the difference, under a caption that states the budget."""
+over seeds), their 95% intervals over the test examples, the published values, the difference and
+whether the published value lies in our interval, under a caption that states the budget; then
+what each step cost (:mod:`rsmooth.reproduce.stages`)."""
 from __future__ import annotations
 
 import json
 import math
 from itertools import combinations
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..fileio import atomic_write_text
 from .spec import Budget, TableSpec, budget_protocol, target_samples
+from .stages import stage_costs, stage_notes
 
 
 def row_results(spec: TableSpec, out: Path, seeds: Sequence[int]) -> List[Dict[int, Dict[str, Any]]]:
@@ -27,6 +30,7 @@ def row_results(spec: TableSpec, out: Path, seeds: Sequence[int]) -> List[Dict[i
                 res = read_certify_tsv(tsv)
                 acc = certified_accuracy(res.radius, res.correct, list(spec.radii)) * 100
                 per_seed[seed] = {"acr": acr(res.radius, res.correct), "examples": res.n,
+                                  "acr_se": _standard_error(res.radius * res.correct),
                                   "accuracy": {float(r): float(a) for r, a in zip(spec.radii, acc)},
                                   "constant": constant_prediction(res.predict, res.label)}
         results.append(per_seed)
@@ -49,6 +53,44 @@ def constant_prediction(predict: np.ndarray, label: np.ndarray) -> Optional[Dict
     if share < CONSTANT_SHARE or label_share > 0.5:
         return None
     return {"class": top, "share": share, "label_share": label_share}
+
+
+#: the coverage of our intervals in the table (two-sided)
+CONFIDENCE = 0.95
+
+
+def _standard_error(values: np.ndarray) -> float:
+    return float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else math.nan
+
+
+def intervals(per_seed: Dict[int, Dict[str, Any]], radii: Sequence[float]) -> Tuple[tuple, Dict[float, tuple]]:
+    """Our :data:`CONFIDENCE` intervals over the sampling of the m test examples: the ACR's, mean
+    +- z standard errors (normal approximation, cut at 0; several seeds: their mean standard error around
+    the mean); each certified accuracy's (in %), Clopper-Pearson's exact interval for m examples at
+    our (mean) count (:func:`rsmooth.metrics.clopper_pearson_interval`).  NaN without results."""
+    from ..metrics import clopper_pearson_interval
+
+    if not per_seed:
+        return (math.nan, math.nan), {r: (math.nan, math.nan) for r in radii}
+    m = min(s["examples"] for s in per_seed.values())
+    mean_acr = float(np.mean([s["acr"] for s in per_seed.values()]))
+    half = _z() * float(np.mean([s["acr_se"] for s in per_seed.values()]))
+    acc = {}
+    for r in radii:
+        k = int(round(float(np.mean([s["accuracy"][r] for s in per_seed.values()])) * m / 100))
+        acc[r] = tuple(100 * b for b in clopper_pearson_interval(k, m, 1 - CONFIDENCE))
+    return (max(0.0, mean_acr - half), mean_acr + half), acc
+
+
+def _interval_cell(bounds: tuple, digits: int) -> str:
+    return "-" if any(math.isnan(b) for b in bounds) else f"[{bounds[0]:.{digits}f}, {bounds[1]:.{digits}f}]"
+
+
+def _inside(paper: Optional[float], bounds: tuple) -> str:
+    """`` (inside)``/`` (outside)``: whether the published value lies in our interval."""
+    if paper is None or any(math.isnan(b) for b in bounds):
+        return ""
+    return " (inside)" if bounds[0] <= paper <= bounds[1] else " (outside)"
 
 
 def _stats(values: List[float]) -> tuple:
@@ -111,7 +153,20 @@ def caption(spec: TableSpec, budget: Budget, seeds: Sequence[int], train_sizes: 
     runs = f"mean ± std over {spec.published_seeds} seeds" if spec.published_seeds > 1 else "one run"
     paper = f"; paper: {runs}; difference = ours - paper" if any(r.paper is not None for r in spec.rows) else ""
     lines.append(f"Ours: {ours}{paper}; certified accuracy in %.")
+    lines.append(f"{CONFIDENCE:.0%} interval: over the sampling of the test examples certified "
+                 f"(certified accuracy: Clopper-Pearson, exact; ACR: mean ± {_z():.2f} standard errors)"
+                 + (", around the mean at one seed's examples" if len(seeds) > 1 else "")
+                 + "; it leaves out the variation between training runs"
+                 + (" (the ± std)" if len(seeds) > 1 else "")
+                 + (" and the paper's own error. (inside)/(outside): whether the paper's value lies in it."
+                    if paper else "."))
     return lines
+
+
+def _z() -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf(0.5 + CONFIDENCE / 2))
 
 
 def render(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path,
@@ -138,28 +193,43 @@ def render(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path,
             ours += " " + CONSTANT_MARK
         lines.append("| " + " | ".join([*sig, row.label, ours, _cell(acr_m, acr_s, 3),
                                          *[_cell(*acc[r], 1) for r in radii]]) + " |")
+        acr_ci, acc_ci = intervals(per_seed, radii)
+        if per_seed:
+            lines.append("| " + " | ".join([*blank, f"{CONFIDENCE:.0%} interval", _interval_cell(acr_ci, 3),
+                                             *[_interval_cell(acc_ci[r], 1) for r in radii]]) + " |")
         if p is not None:
             paper_acc = [p.accuracy_at(r) for r in radii]
             std = getattr(p, "acr_std", None)
             lines.append("| " + " | ".join([*blank, "paper", _cell(p.acr, math.nan if std is None else std, 4 if std else 3),
                                              *["" if a is None else f"{a:.1f}" for a in paper_acc]]) + " |")
-            lines.append("| " + " | ".join([*blank, "difference", _diff(acr_m, p.acr, 3),
-                                             *[_diff(acc[r][0], a, 1) for r, a in zip(radii, paper_acc)]]) + " |")
+            lines.append("| " + " | ".join([*blank, "difference", _diff(acr_m, p.acr, 3) + _inside(p.acr, acr_ci),
+                                             *[_diff(acc[r][0], a, 1) + _inside(a, acc_ci[r])
+                                               for r, a in zip(radii, paper_acc)]]) + " |")
         record.append({"label": row.label, "dataset": row.dataset, "method": row.method, "sigma": row.sigma,
                        "hparams": row.hparams, "run": row.key, "seeds": {str(k): v for k, v in per_seed.items()},
                        "acr": {"mean": acr_m, "std": acr_s},
-                       "accuracy": {f"{r:g}": {"mean": m, "std": s} for r, (m, s) in acc.items()},
-                       "paper": None if p is None else {"acr": p.acr, "accuracy": {f"{r:g}": v for r, v in p.accuracy.items()}}})
+                       "accuracy": {f"{r:g}": {"mean": m, "std": s, "interval": list(acc_ci[r])}
+                                    for r, (m, s) in acc.items()},
+                       "acr_interval": list(acr_ci), "confidence": CONFIDENCE,
+                       "paper": None if p is None else {
+                           "acr": p.acr, "accuracy": {f"{r:g}": v for r, v in p.accuracy.items()},
+                           "inside": {"acr": _inside(p.acr, acr_ci).strip(" ()") or None,
+                                      **{f"{r:g}": _inside(p.accuracy_at(r), acc_ci[r]).strip(" ()") or None
+                                         for r in radii}}}})
     notes = _constant_notes(spec, results) + _orderings(spec, results) + _reach(spec, budget, radii)
     if spec.not_reproduced:
         notes.append("not reproduced (rsmooth does not train them as printed): " + "; ".join(spec.not_reproduced))
     if missing:
         notes.append(f"-: not certified yet ({missing} of {len(spec.rows) * len(seeds)} runs missing); rerun the "
                      f"command to continue")
-    text = "\n".join(caption(spec, budget, seeds, train_sizes) + [""] + lines + [""] + [f"Note: {n}" for n in notes])
+    costs = stage_costs(spec, out, seeds)
+    stages = ["", "What each step cost (wall time; training: the sum of its epochs):",
+              *[f"- {c}" for c in stage_notes(costs, len(seeds) > 1)]] if costs else []
+    text = "\n".join(caption(spec, budget, seeds, train_sizes) + [""] + lines + [""]
+                     + [f"Note: {n}" for n in notes] + stages)
     atomic_write_text(out / "table.md", text + "\n")
     atomic_write_text(out / "results.json", json.dumps({"table": spec.id, "budget": budget.name,
-                                                        "seeds": list(seeds), "rows": record},
+                                                        "seeds": list(seeds), "rows": record, "costs": costs},
                                                        indent=1, default=_json) + "\n")
     return text
 
