@@ -153,3 +153,29 @@ def test_stdout_is_line_buffered_in_a_log_file(monkeypatch):
     assert not log.line_buffering
     progress.line_buffered_stdout()
     assert log.line_buffering
+
+
+def test_heartbeat_eta_recovers_one_line_after_a_suspension(not_a_terminal):
+    """The pace is measured since the previous line: after a job stood still for an hour (SIGSTOP,
+    a suspended SLURM job), the next line's eta is the running pace again."""
+    clock, lines = Clock(), []
+    beat = _beat(clock, lines, total=1000)
+    for _ in range(5):  # 1 example/s
+        clock.now += 2
+        beat.update(2)
+    clock.now += 3600  # suspended
+    beat.update(2)
+    assert lines[-1].startswith("certify: 12/1000 examples") and "eta " in lines[-1]
+    for _ in range(30):
+        clock.now += 2
+        beat.update(2)
+    assert lines[-1].startswith("certify: 72/1000 examples (7.2%), 1 examples/s")
+    assert lines[-1].endswith("eta 15m28s")  # 928 examples at 1 per second
+
+
+def test_epoch_eta_is_the_median_pace_of_the_last_epochs():
+    from rsmooth.engine.train import epoch_pace
+
+    history = [{"time": t} for t in (40, 41, 400, 39, 42, 38)]  # one epoch slowed 10x
+    assert epoch_pace(history) == 41
+    assert epoch_pace(history[:1]) == 40

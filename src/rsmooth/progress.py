@@ -83,8 +83,9 @@ class Heartbeat:
     Active only when ``enabled``, ``interval > 0`` and no progress bar is drawn (not
     :func:`interactive`); the first line comes after ``min(interval, 10)`` seconds.  Lines are
     checked after each :meth:`update` (no thread), written with ``log`` and stdout flushed.  Rates
-    count only this session's work (``done`` items were there before it started).  ``clock``
-    is for tests.
+    and the eta are the pace since the previous line (the first: since the start; ``done`` items
+    were there before it), so a job suspended or slowed for a while tells the right eta again one
+    line after it resumes.  ``clock`` is for tests.
     """
 
     def __init__(self, total: int, *, desc: str, unit: str = "examples", done: int = 0,
@@ -96,6 +97,7 @@ class Heartbeat:
         self.done, self.new, self.samples = done, 0, 0
         self.start = clock()
         self.next = self.start + min(self.interval, FIRST_HEARTBEAT)
+        self.mark = (self.start, 0, 0)  # (time, new, samples) at the previous line
 
     def update(self, n: int = 1, samples: int = 0) -> None:
         """Count ``n`` more items (and ``samples`` Monte Carlo samples); log a line when due."""
@@ -108,15 +110,19 @@ class Heartbeat:
         if now >= self.next and self.done < self.total:
             emit(self.line(now), self.log)
             self.next = now + self.interval
+            self.mark = (now, self.new, self.samples)
 
     def line(self, now: Optional[float] = None) -> str:
         """The progress line at time ``now`` (default: the clock's)."""
-        elapsed = max((self.clock() if now is None else now) - self.start, 1e-9)
-        rate = self.new / elapsed
+        now = self.clock() if now is None else now
+        elapsed = max(now - self.start, 1e-9)
+        since, new, samples = self.mark
+        window = max(now - since, 1e-9)
+        rate = (self.new - new) / window
         parts = [f"{self.desc}: {self.done}/{self.total} {self.unit} ({100 * self.done / max(self.total, 1):.1f}%)",
                  f"{rate:.3g} {self.unit}/s"]
         if self.samples:
-            parts.append(f"{self.samples / elapsed:,.0f} samples/s")
+            parts.append(f"{(self.samples - samples) / window:,.0f} samples/s")
         parts.append(f"elapsed {format_duration(elapsed)}")
         if rate > 0:
             parts.append(f"eta {format_duration((self.total - self.done) / rate)}")

@@ -524,7 +524,6 @@ def train(
                                    "global_step": start_epoch * spe + (partial["steps"] if partial else 0)})
             completed = False
             try:
-                run_start, first_epoch = time.time(), start_epoch
                 for epoch in range(start_epoch, c.epochs):
                     if stop_after_epoch is not None and epoch >= stop_after_epoch:
                         break
@@ -545,9 +544,8 @@ def train(
                     save(epoch + 1, "epoch")
                     control.clock.reset((epoch + 1) * spe)
                     line = epoch_line(record, c.epochs, len(full_test))
-                    if epoch + 1 < c.epochs:  # the whole run's remaining time, from this session's epochs
-                        per_epoch = (time.time() - run_start) / (epoch + 1 - first_epoch)
-                        line += f"  eta {format_duration(per_epoch * (c.epochs - epoch - 1))}"
+                    if epoch + 1 < c.epochs:
+                        line += f"  eta {format_duration(epoch_pace(history) * (c.epochs - epoch - 1))}"
                     log(line)
                     write(record)
                     cbs("on_epoch_end", record)
@@ -558,6 +556,19 @@ def train(
                 cbs("on_train_end", {"checkpoint": str(ckpt_path), "history": history, "completed": completed})
         distributed.barrier(w, "rank 0's checkpoint")  # every rank returns once it is written
     return TrainResult(ckpt_path, history, model)
+
+
+#: the run's eta is at the median pace of this many last epochs
+ETA_EPOCHS = 5
+
+
+def epoch_pace(history: List[Dict[str, Any]]) -> float:
+    """Seconds per epoch for the run's eta: the median time of the last :data:`ETA_EPOCHS` epochs
+    (earlier sessions' included), so one epoch slowed by a busy machine, a suspended job or a
+    resumed half epoch does not set the pace of the rest."""
+    import statistics
+
+    return statistics.median(float(r["time"]) for r in history[-ETA_EPOCHS:])
 
 
 def epoch_line(record: Dict[str, Any], epochs: int, test_size: int) -> str:
