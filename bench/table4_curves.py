@@ -37,7 +37,7 @@ def main() -> None:
     p.add_argument("--out", default="docs/reproductions/fashion-mnist-table4-curves.png")
     args = p.parse_args()
     curves = []
-    for sigma, folder in (("0.25", "gaussian_0.25"), ("0.50", "gaussian_0.5")):
+    for sigma, folder in (("0.25", "gaussian_0.25"), ("0.50", "gaussian_0.50")):
         run = Path(args.root) / "runs" / "fashion-mnist" / folder / "seed0"
         if (run / "train.log").is_file():
             curves.append((f"rsmooth, sigma {sigma}", *ours(run)))
