@@ -69,7 +69,13 @@ def test_mismatching_files_are_refused(ckpt, tmp_path):
 def test_cli_targets(ckpt, tmp_path, capsys):
     assert main(["targets", "--checkpoint", str(ckpt), "--num-samples", "10",
                  "--out", str(tmp_path / "c.npy")]) == 0
-    assert np.load(tmp_path / "c.npy").shape == (1437, 10)
+    t = np.load(tmp_path / "c.npy")
+    assert t.shape == (1437, 10)
+    top = t.max(1).astype(np.float64)
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"targets: {tmp_path / 'c.npy'}: 1,437 images x 10 classes, 10 noises each; top class "
+        f"{100 * top.mean():.1f}% of the votes on average, below half of them on {100 * np.mean(top < 0.5):.1f}% "
+        f"of the images")
     assert main(["targets", "--checkpoint", str(ckpt), "--num-samples", "0",
                  "--out", str(tmp_path / "d.npy")]) == 2
     assert "num_samples must be >= 1" in capsys.readouterr().err

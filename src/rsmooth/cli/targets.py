@@ -44,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ..engine.distributed import world
-    from ..engine.targets import compute_targets
+    from ..engine.targets import compute_targets, targets_summary
 
     out = compute_targets(args.checkpoint, args.out, dataset=args.dataset, num_samples=args.num_samples,
                           sigma=args.sigma, batch_size=args.batch_size, augment=args.augment,
@@ -54,4 +54,4 @@ def run(args: argparse.Namespace) -> None:
                           model_options=model_options(args),
                           train_subset=args.train_subset, heartbeat=args.heartbeat)
     if world().main:
-        print(f"targets: {out}{world().note}")
+        print(targets_summary(out) + world().note)
