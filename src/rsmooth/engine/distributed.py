@@ -21,7 +21,6 @@ import os
 import re
 import sys
 import traceback
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
