@@ -510,3 +510,16 @@ def test_intervals_inside_and_stage_costs_against_scipy(tmp_path):
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["costs"][0]["certify"]["samples_per_s"] == pytest.approx(400 * 100_100 / 200)
     assert res["rows"][0]["paper"]["inside"]["acr"] in ("inside", "outside")
+
+
+def test_the_parallel_status_shows_each_running_steps_latest_line(tmp_path):
+    from rsmooth.reproduce.plan import Step, _status, last_line
+
+    log = tmp_path / "a.log"
+    log.write_bytes(b"epoch 1/90 done\n" + b"x" * 5000 + b"\nepoch 2/90: 30/235 steps\r\n\n")
+    assert last_line(log) == "epoch 2/90: 30/235 steps" and last_line(tmp_path / "none.log") == ""
+    lines = []
+    _status({1: (Step("train", "train fashion-mnist gaussian_0.25 seed 0", [], tmp_path), log),
+             2: (Step("certify", "certify x", [], tmp_path), tmp_path / "empty.log")}, lines.append)
+    assert lines == ["   train fashion-mnist gaussian_0.25 seed 0: epoch 2/90: 30/235 steps",
+                     "   certify x: (no output yet)"]

@@ -243,13 +243,37 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
         pass
 
 
+#: with --jobs K, the reproduction's own log shows each running step's latest line this often (s)
+STATUS_EVERY = 600.0
+
+
+def last_line(path: Path, tail: int = 4096) -> str:
+    """The last non-empty line of a step's log (its latest heartbeat or epoch), "" if none."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - tail))
+            lines = fh.read().decode(errors="replace").replace("\r", "\n").splitlines()
+    except OSError:
+        return ""
+    return next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+
+
+def _status(running: Dict[Any, Tuple[Step, Path]], log: Callable[[str], None]) -> None:
+    for step, path in running.values():
+        log(f"   {step.title}: {last_line(path) or '(no output yet)'}")
+
+
 def _run_parallel(todo: List[Step], jobs: int, logs: Path, log: Callable[[str], None]) -> None:
     logs.mkdir(parents=True, exist_ok=True)
     waiting, running = list(todo), {}
     pending = {s.out for s in todo}
     failed: Optional[Tuple[Step, Path]] = None
     started, total, t0 = 0, len(todo), time.time()
+    status_at = t0 + STATUS_EVERY
     while waiting or running:
+        if time.time() >= status_at and running:  # a heartbeat for whoever reads this log, not the steps'
+            _status(running, log)
+            status_at = time.time() + STATUS_EVERY
         while failed is None and len(running) < jobs:
             # the latest stage first: certificates early, the targets -> CAT-RS chain (the longest) soon
             ready = max((s for s in waiting if not any(d in pending for d in s.deps)), key=lambda s: s.stage,
