@@ -29,7 +29,6 @@ import io
 
 import numpy as np
 from PIL import Image
-from scipy import ndimage
 
 from . import ops
 from .suites import SUITES
@@ -99,17 +98,17 @@ def disk_kernel(radius: float, alias_blur: float) -> np.ndarray:
     t = np.arange(ksize) - (ksize - 1) / 2
     g = np.exp(-t ** 2 / (2.0 * alias_blur ** 2))
     g /= g.sum()
-    return ndimage.correlate(aliased, np.outer(g, g), mode="mirror")
+    return ops.ndimage().correlate(aliased, np.outer(g, g), mode="mirror")
 
 
 def _filter2d(x: np.ndarray, kernel: np.ndarray) -> np.ndarray:
     """``cv2.filter2D`` on each channel: correlation, border reflect-101."""
-    return np.stack([ndimage.correlate(x[..., k], kernel, mode="mirror") for k in range(x.shape[2])], axis=-1)
+    return np.stack([ops.ndimage().correlate(x[..., k], kernel, mode="mirror") for k in range(x.shape[2])], axis=-1)
 
 
 def _box3(x: np.ndarray) -> np.ndarray:
     """``cv2.blur(x, (3, 3))`` of a 2-D image: the 3x3 mean, border reflect-101."""
-    return ndimage.correlate(x, np.ones((3, 3)), mode="mirror") / 9.0
+    return ops.ndimage().correlate(x, np.ones((3, 3)), mode="mirror") / 9.0
 
 
 #: cv2.COLOR_RGB2GRAY's weights
@@ -279,11 +278,11 @@ def elastic_transform(x: np.ndarray, severity: int, rng: np.random.Generator) ->
     rows, cols = np.mgrid[0:h, 0:w].astype(np.float64)
     at = [np.floor((np.rint((a[1] * rows + a[2]) * 1024) + np.rint(a[0] * cols * 1024) + 16) / 32) / 32
           for a in inverse[::-1]]  # source row, source col
-    warped = [ndimage.map_coordinates(x[..., k], at, order=1, mode="mirror") for k in range(x.shape[2])]
+    warped = [ops.ndimage().map_coordinates(x[..., k], at, order=1, mode="mirror") for k in range(x.shape[2])]
     dx, dy = (ops.gaussian(rng.uniform(-1.0, 1.0, size=(h, w)), sigma, mode="reflect", truncate=3.0) * alpha
               for _ in range(2))
     coords = np.stack([rows + dy, cols + dx])
-    out = [ndimage.map_coordinates(p, coords, order=1, mode="reflect") for p in warped]
+    out = [ops.ndimage().map_coordinates(p, coords, order=1, mode="reflect") for p in warped]
     return np.clip(np.stack(out, axis=-1), 0.0, 1.0)
 
 
@@ -357,7 +356,7 @@ def _water(x: np.ndarray, liquid: np.ndarray, k: float) -> np.ndarray:
     dist = _box3(dist.astype(np.float64)).astype(np.uint8)
     dist = _equalize_hist(dist).astype(np.float64)
     emboss = np.array([[-2, -1, 0], [-1, 1, 1], [0, 1, 2]], dtype=np.float64)
-    dist = np.clip(ndimage.correlate(dist, emboss, mode="mirror"), 0, 255)
+    dist = np.clip(ops.ndimage().correlate(dist, emboss, mode="mirror"), 0, 255)
     dist = np.round(_box3(dist))
     m = drops * dist
     top = m.max()

@@ -10,7 +10,6 @@ import math
 from typing import Sequence, Tuple, Union
 
 import numpy as np
-from scipy import ndimage
 
 __all__ = ["gaussian", "warp_affine", "affine_about_center", "motion_blur", "imagemagick_8bit", "plasma_fractal",
            "clipped_zoom", "line_from_points", "canny", "opencv_canny", "opencv_distance_5x5"]
@@ -18,6 +17,13 @@ __all__ = ["gaussian", "warp_affine", "affine_about_center", "motion_blur", "ima
 _EPS = 1e-12  # ImageMagick's MagickEpsilon
 _QUANTUM_SCALE = 1.0 / 65535.0  # ImageMagick's QuantumScale (Q16 builds, Wand's usual)
 
+
+
+def ndimage():
+    """``scipy.ndimage``, imported when a corruption first needs it rather than when rsmooth starts."""
+    import scipy.ndimage
+
+    return scipy.ndimage
 
 def gaussian(x: np.ndarray, sigma: Union[float, Tuple[float, float]], mode: str = "nearest",
              truncate: float = 4.0) -> np.ndarray:
@@ -29,7 +35,7 @@ def gaussian(x: np.ndarray, sigma: Union[float, Tuple[float, float]], mode: str 
     """
     s = (float(sigma), float(sigma)) if np.isscalar(sigma) else tuple(float(v) for v in sigma)
     x = np.asarray(x, dtype=np.float64)
-    return ndimage.gaussian_filter(x, s + (0.0,) * (x.ndim - 2), mode=mode, truncate=truncate)
+    return ndimage().gaussian_filter(x, s + (0.0,) * (x.ndim - 2), mode=mode, truncate=truncate)
 
 
 def affine_about_center(H: int, W: int, rotation: float = 0.0, shear: float = 0.0,
@@ -173,7 +179,7 @@ def clipped_zoom(x: np.ndarray, zoom_factor: float) -> np.ndarray:
     H, W = x.shape[:2]
     ch, cw = int(np.ceil(H / zoom_factor)), int(np.ceil(W / zoom_factor))
     top, left = (H - ch) // 2, (W - cw) // 2
-    z = ndimage.zoom(x[top:top + ch, left:left + cw], (zoom_factor, zoom_factor) + (1,) * (x.ndim - 2), order=1)
+    z = ndimage().zoom(x[top:top + ch, left:left + cw], (zoom_factor, zoom_factor) + (1,) * (x.ndim - 2), order=1)
     tt, tl = (z.shape[0] - H) // 2, (z.shape[1] - W) // 2
     return z[tt:tt + H, tl:tl + W]
 
@@ -217,7 +223,7 @@ def canny(x2d: np.ndarray, sigma: float = 1.0, low: float = 0.1, high: float = 0
     H, W = x.shape
     smoothed = gaussian(x, sigma, mode="constant") / (gaussian(np.ones_like(x), sigma, mode="constant")
                                                       + np.finfo(float).eps)
-    gr, gc = ndimage.sobel(smoothed, axis=0), ndimage.sobel(smoothed, axis=1)
+    gr, gc = ndimage().sobel(smoothed, axis=0), ndimage().sobel(smoothed, axis=1)
     ar, ac = np.abs(gr), np.abs(gc)
     mag = np.hypot(gr, gc)
     inner = np.zeros((H, W), dtype=bool)
@@ -239,11 +245,11 @@ def canny(x2d: np.ndarray, sigma: float = 1.0, low: float = 0.1, high: float = 0
         minus = shifted(m2) * w + shifted(m1) * (1 - w) <= mag
         maxima[pts] = (plus & minus)[pts]
     low_mask = maxima & (mag >= low)
-    labels, count = ndimage.label(low_mask, structure=np.ones((3, 3), dtype=bool))
+    labels, count = ndimage().label(low_mask, structure=np.ones((3, 3), dtype=bool))
     if count == 0:
         return low_mask
     keep = np.zeros(count + 1, dtype=bool)
-    keep[1:] = np.asarray(ndimage.sum(maxima & (mag >= high), labels, np.arange(1, count + 1))) > 0
+    keep[1:] = np.asarray(ndimage().sum(maxima & (mag >= high), labels, np.arange(1, count + 1))) > 0
     return keep[labels]
 
 
@@ -278,11 +284,11 @@ def opencv_canny(u: np.ndarray, low: float, high: float) -> np.ndarray:
     ``floor(low)`` that hold one above ``floor(high)``.  Border pixels can be edges (unlike
     :func:`canny`, scikit-image's)."""
     u = np.asarray(u, dtype=np.int64)
-    dx = ndimage.correlate(u, _SOBEL_COLS, mode="nearest")
-    dy = ndimage.correlate(u, _SOBEL_COLS.T, mode="nearest")
+    dx = ndimage().correlate(u, _SOBEL_COLS, mode="nearest")
+    dy = ndimage().correlate(u, _SOBEL_COLS.T, mode="nearest")
     mag = np.abs(dx) + np.abs(dy)
     candidates = _nms_opencv(dx, dy, mag) & (mag > math.floor(low))
-    labels, count = ndimage.label(candidates, structure=np.ones((3, 3), dtype=bool))
+    labels, count = ndimage().label(candidates, structure=np.ones((3, 3), dtype=bool))
     keep = np.zeros(count + 1, dtype=bool)
     keep[labels[candidates & (mag > math.floor(high))]] = True
     keep[0] = False

@@ -48,8 +48,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generator, List, Sequence, Tuple, Union
 
 import numpy as np
-from scipy.special import betainc, betaincc, betaln, xlog1py, xlogy
-from scipy.stats import binom, norm
 
 from ..errors import RsmoothError, check
 from .stats import check_probability
@@ -69,6 +67,8 @@ _TOLERANCE = 1e-13  # the bounds are found to this (absolute), conservatively up
 
 
 def _log_likelihood(n_a, n, p):
+    from scipy.special import xlog1py, xlogy  # here: scipy is imported when a bound is first needed
+
     return xlogy(n_a, p) + xlog1py(n - n_a, -p)
 
 
@@ -78,6 +78,8 @@ def _slope_of_log_likelihood(n_a, n, p):
 
 def _lower_terms(n_a, n, p) -> Tuple[np.ndarray, np.ndarray]:
     """(log M_t(p), its derivative in p) of the lower bound's test; broadcasts."""
+    from scipy.special import betaincc, betaln
+
     a, b = n_a + 0.5, n - n_a + 0.5
     mass = 2 / math.pi * np.arcsin(np.sqrt(1 - p))  # the Jeffreys prior's mass above p
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
@@ -89,6 +91,8 @@ def _lower_terms(n_a, n, p) -> Tuple[np.ndarray, np.ndarray]:
 
 def _upper_terms(n_a, n, p) -> Tuple[np.ndarray, np.ndarray]:
     """(log M_t(p), its derivative in p) of the upper bound's test; broadcasts."""
+    from scipy.special import betainc, betaln
+
     a, b = n_a + 1.0, n - n_a + 1.0
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         log_m = betaln(a, b) + np.log(betainc(a, b, p)) - np.log(p) - _log_likelihood(n_a, n, p)
@@ -203,6 +207,8 @@ class Look:
 def settle_looks(looks: Sequence[Look]) -> List[Bounds]:
     """The :class:`Bounds` of each look, computed for all of them at once (vectorised; every bound is
     computed elementwise, so a look's bounds do not depend on the others)."""
+    from scipy.stats import binom
+
     out: List[Bounds] = [None] * len(looks)  # type: ignore[list-item]
     groups: dict = {}
     for k, look in enumerate(looks):
@@ -266,6 +272,8 @@ class Decision(str, enum.Enum):
 
 def thresholds(radii: Sequence[float], sigma: float) -> np.ndarray:
     """Phi(r / sigma) for each radius: g is certifiably robust at r when p_A > Phi(r / sigma)."""
+    from scipy.stats import norm
+
     return norm.cdf(np.asarray(radii, dtype=np.float64) / sigma)
 
 
@@ -277,6 +285,8 @@ def decide(bounds: Bounds, thresholds: Sequence[float]) -> Tuple[Decision, ...]:
 
 def radius_of(p: float, sigma: float) -> float:
     """sigma * Phi^-1(p), clamped at 0 (the radius a lower bound p certifies)."""
+    from scipy.stats import norm
+
     return float(sigma * max(norm.ppf(p), 0.0))
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import numbers
 
-from scipy.stats import beta, binomtest, norm
 
 from ..errors import RsmoothError, check
 
@@ -62,6 +61,8 @@ def clopper_pearson_lower(n_a: int, n: int, alpha: float) -> float:
     check(0 <= n_a <= n, f"n_a must be in [0, n={n}], got {n_a}")
     if n_a == 0:
         return 0.0
+    from scipy.stats import beta
+
     return float(beta.ppf(alpha, n_a, n - n_a + 1))
 
 
@@ -71,6 +72,8 @@ def certified_radius(p_lower: float, sigma: float) -> float:
     Meaningful for ``p_lower > 0.5``; the radius is in the units of the noise (pixels in
     [0, 1]).  ``p_lower = 1`` cannot occur for a Clopper-Pearson bound with alpha > 0.
     """
+    from scipy.stats import norm
+
     return float(sigma * norm.ppf(p_lower))
 
 
@@ -83,6 +86,8 @@ def binom_pvalue(n_a: int, n_b: int) -> float:
     check(n_a >= 0 and n_b >= 0, f"counts must be >= 0, got {n_a}, {n_b}")
     if n_a + n_b == 0:
         return 1.0
+    from scipy.stats import binomtest
+
     return float(binomtest(int(n_a), int(n_a + n_b), 0.5).pvalue)
 
 
