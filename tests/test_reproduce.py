@@ -523,3 +523,27 @@ def test_the_parallel_status_shows_each_running_steps_latest_line(tmp_path):
              2: (Step("certify", "certify x", [], tmp_path), tmp_path / "empty.log")}, lines.append)
     assert lines == ["   train fashion-mnist gaussian_0.25 seed 0: epoch 2/90: 30/235 steps",
                      "   certify x: (no output yet)"]
+
+
+def test_a_certification_still_running_is_shown_so_far(tmp_path):
+    """--collect during a long certification: the rows written so far, marked, with the intervals
+    of that many examples; a row cut mid-write is not read as damage."""
+    from rsmooth.metrics import CertifyWriter, write_sidecar
+
+    tsv = tmp_path / "runs" / "fashion-mnist" / "gaussian_0.25" / "seed0" / "certify.tsv"
+    tsv.parent.mkdir(parents=True)
+    with CertifyWriter(tsv) as w:
+        for i in range(40):
+            w.write(i * 10, i % 10, i % 10 if i % 4 else -1, 0.5, bool(i % 4), 9.0)
+    write_sidecar(tsv, {"complete": False, "mode": "certify", "n0": 100, "n": 100_000, "num_examples": 1000})
+    text = reproduce("catrs:table4", str(tmp_path), budget="paper,test=0.1", seeds=1, methods=["gaussian"],
+                     sigmas=[0.25], collect=True)
+    row = next(ln for ln in text.splitlines() if "| Gaussian |" in ln)
+    assert "| ours, so far (40 of 1,000 examples) | 0.375 | 75.0 | 75.0 | 75.0 | 0.0 |" in row
+    assert "Note: so far: a certification still running" in text and "not certified yet" not in text
+    assert json.loads((tmp_path / "results.json").read_text())["rows"][0]["seeds"]["0"]["complete"] is False
+    with open(tsv, "a") as fh:
+        fh.write("400\t3\t3\t0.4")  # a row being written
+    again = reproduce("catrs:table4", str(tmp_path), budget="paper,test=0.1", seeds=1, methods=["gaussian"],
+                      sigmas=[0.25], collect=True)
+    assert again == text

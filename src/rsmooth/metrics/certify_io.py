@@ -168,16 +168,20 @@ def _read_text(path: Path) -> str:
         raise RsmoothError(f"{path}: not a text file ({e.reason} at byte {e.start})") from None
 
 
-def read_certify_tsv(path: PathLike) -> CertifyResult:
+def read_certify_tsv(path: PathLike, *, growing: bool = False) -> CertifyResult:
     """Read a certify TSV written by rsmooth or by the public codebases.
 
     Accepts full-precision or 3-significant-digit radii, times in seconds or as
     ``str(datetime.timedelta)``, ``correct`` as 0/1 (or True/False).  A missing file,
     a wrong header, a malformed row or a duplicate ``idx`` raise a one-line
     :class:`RsmoothError` that names the line.  A header-only file gives ``n == 0``.
+    ``growing``: the file of a certification still running, whose last line may be cut (being
+    written): a last line without its newline is left out.
     """
     path = Path(path)
     text = _read_text(path)
+    if growing and "\n" in text and not text.endswith("\n"):
+        text = text[:text.rindex("\n") + 1]
     lines = _split_lines(text)
     if not lines[0].strip():
         raise RsmoothError(f"{path}: empty file, expected the certify TSV header "

@@ -18,7 +18,9 @@ from .stages import stage_costs, stage_notes
 
 
 def row_results(spec: TableSpec, out: Path, seeds: Sequence[int]) -> List[Dict[int, Dict[str, Any]]]:
-    """Per row, per seed whose certification is complete: ``{"acr", "accuracy": {radius: %}}``."""
+    """Per row, per seed with certified examples: ``{"acr", "accuracy": {radius: %}, "complete",
+    "of"}``; a certification still running (or stopped) gives the examples done so far (``of``:
+    how many it certifies in all)."""
     from ..metrics import acr, certified_accuracy, read_certify_tsv, read_sidecar
 
     results = []
@@ -26,15 +28,32 @@ def row_results(spec: TableSpec, out: Path, seeds: Sequence[int]) -> List[Dict[i
         per_seed = {}
         for seed in seeds:
             tsv = out / "runs" / row.dataset / row.key / f"seed{seed}" / "certify.tsv"
-            if tsv.exists() and (read_sidecar(tsv) or {}).get("complete"):
-                res = read_certify_tsv(tsv)
-                acc = certified_accuracy(res.radius, res.correct, list(spec.radii)) * 100
-                per_seed[seed] = {"acr": acr(res.radius, res.correct), "examples": res.n,
-                                  "acr_se": _standard_error(res.radius * res.correct),
-                                  "accuracy": {float(r): float(a) for r, a in zip(spec.radii, acc)},
-                                  "constant": constant_prediction(res.predict, res.label)}
+            meta = read_sidecar(tsv) if tsv.exists() else None
+            res = None if meta is None else read_certify_tsv(tsv, growing=not meta.get("complete"))
+            if res is None or res.n == 0:
+                continue
+            acc = certified_accuracy(res.radius, res.correct, list(spec.radii)) * 100
+            per_seed[seed] = {"acr": acr(res.radius, res.correct), "examples": res.n,
+                              "acr_se": _standard_error(res.radius * res.correct),
+                              "accuracy": {float(r): float(a) for r, a in zip(spec.radii, acc)},
+                              "constant": constant_prediction(res.predict, res.label),
+                              "complete": bool(meta.get("complete")), "of": meta.get("num_examples")}
         results.append(per_seed)
     return results
+
+
+def _ours(per_seed: Dict[int, Dict[str, Any]], seeds: Sequence[int]) -> str:
+    """The label of our row: ``ours``, ``ours (2 of 5 seeds)``, ``ours, so far (412 of 1,000 examples)``."""
+    done = [s for s in per_seed.values() if s["complete"]]
+    running = [s for s in per_seed.values() if not s["complete"]]
+    if len(seeds) == 1:
+        label = "ours"
+    else:
+        label = f"ours ({len(seeds)} seeds)" if len(done) == len(seeds) else f"ours ({len(per_seed)} of {len(seeds)} seeds)"
+    if running:
+        of = sum(s["of"] or s["examples"] for s in running)
+        label += f", so far ({sum(s['examples'] for s in running):,} of {of:,} examples)"
+    return label
 
 
 #: a model whose smoothed classifier gives one class for at least this share of the test examples
@@ -177,9 +196,10 @@ def render(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path,
     many = len(spec.datasets) > 1  # a dataset column (e.g. Jeong et al. 2023 Table 12: MNIST and CIFAR-10)
     head = [*(["dataset"] if many else []), "sigma", "method", "", "ACR", *[f"{r:.2f}" for r in radii]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (3 + many) + "---:|" * (len(head) - 3 - many)]
-    record, missing, prev = [], 0, None
+    record, missing, prev, so_far = [], 0, None, False
     for row, per_seed in zip(spec.rows, results):
         missing += len(seeds) - len(per_seed)
+        so_far = so_far or any(not s["complete"] for s in per_seed.values())
         acr_m, acr_s = _stats([r["acr"] for r in per_seed.values()])
         acc = {r: _stats([s["accuracy"][r] for s in per_seed.values()]) for r in radii}
         p = row.paper
@@ -187,8 +207,7 @@ def render(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path,
         sig = ([row.dataset if first else ""] if many else []) + [f"{row.sigma:.2f}" if first else ""]
         prev = (row.dataset, row.sigma)
         blank = [""] * (len(sig) + 1)
-        ours = f"ours ({len(per_seed)} of {len(seeds)} seeds)" if len(per_seed) < len(seeds) else (
-            f"ours ({len(seeds)} seeds)" if len(seeds) > 1 else "ours")
+        ours = _ours(per_seed, seeds)
         if any(s["constant"] for s in per_seed.values()):
             ours += " " + CONSTANT_MARK
         lines.append("| " + " | ".join([*sig, row.label, ours, _cell(acr_m, acr_s, 3),
@@ -222,6 +241,9 @@ def render(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path,
     if missing:
         notes.append(f"-: not certified yet ({missing} of {len(spec.rows) * len(seeds)} runs missing); rerun the "
                      f"command to continue")
+    if so_far:
+        notes.append("so far: a certification still running (or stopped), counted on the examples it has "
+                     "certified up to now, with the intervals of that many")
     costs = stage_costs(spec, out, seeds)
     stages = ["", "What each step cost (wall time; training: the sum of its epochs):",
               *[f"- {c}" for c in stage_notes(costs, len(seeds) > 1)]] if costs else []

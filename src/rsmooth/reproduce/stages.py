@@ -28,13 +28,15 @@ def train_cost(run: Path) -> Optional[Dict[str, Any]]:
 
 
 def certify_cost(tsv: Path) -> Optional[Dict[str, Any]]:
-    """``{"examples", "seconds", "samples", "samples_per_s"}`` of a certify TSV (samples: n0 + n per
-    example, CERTIFY's fixed cost; None for the modes whose cost varies), or None without one."""
+    """``{"examples", "seconds", "samples", "samples_per_s"}`` of a certify TSV, so far if it is still
+    being written (samples: n0 + n per example, CERTIFY's fixed cost; None for the modes whose cost
+    varies), or None without one."""
     from ..errors import RsmoothError
     from ..metrics import read_certify_tsv, read_sidecar
 
     try:
-        res, meta = read_certify_tsv(tsv), read_sidecar(tsv) or {}
+        meta = read_sidecar(tsv) or {}
+        res = read_certify_tsv(tsv, growing=not meta.get("complete"))
     except RsmoothError:
         return None
     seconds = float(res.time.sum())
