@@ -505,7 +505,7 @@ def test_intervals_inside_and_stage_costs_against_scipy(tmp_path):
         a = paper.accuracy_at(r)
         assert diff[4 + j].endswith("(inside)" if 100 * lo <= a <= 100 * hi else "(outside)")
     assert "Clopper-Pearson, exact" in text and "whether the paper's value lies in it" in text
-    assert ("- Gaussian sigma 0.25: train 90 epochs in 45m00s (30.0 s per epoch); certify 400 examples in 3m20s, "
+    assert ("- Gaussian sigma 0.25: train 90 epochs in 45m00s (median epoch 30.0 s); certify 400 examples in 3m20s, "
             f"{400 * 100_100 / 200:,.0f} samples/s") in text
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["costs"][0]["certify"]["samples_per_s"] == pytest.approx(400 * 100_100 / 200)

@@ -245,7 +245,8 @@ def render(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path,
         notes.append("so far: a certification still running (or stopped), counted on the examples it has "
                      "certified up to now, with the intervals of that many")
     costs = stage_costs(spec, out, seeds)
-    stages = ["", "What each step cost (wall time; training: the sum of its epochs):",
+    stages = ["", "What each step cost (wall time, including any time the machine was shared or the job suspended; "
+              "training: the sum of its epochs):",
               *[f"- {c}" for c in stage_notes(costs, len(seeds) > 1)]] if costs else []
     text = "\n".join(caption(spec, budget, seeds, train_sizes) + [""] + lines + [""]
                      + [f"Note: {n}" for n in notes] + stages)

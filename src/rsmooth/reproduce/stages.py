@@ -4,6 +4,7 @@ certification's wall time and samples/s (the sum of the certify TSV's per-exampl
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -12,7 +13,8 @@ from .spec import TableSpec
 
 
 def train_cost(run: Path) -> Optional[Dict[str, Any]]:
-    """``{"epochs", "seconds"}`` of the epochs ``run/train.log`` records, or None without one."""
+    """``{"epochs", "seconds", "median_epoch"}`` of the epochs ``run/train.log`` records (the sum counts
+    the time an epoch spent on a shared machine or suspended; the median shows the pace), or None."""
     try:
         lines = (run / "train.log").read_text().splitlines()
     except OSError:
@@ -24,7 +26,7 @@ def train_cost(run: Path) -> Optional[Dict[str, Any]]:
         except ValueError:  # a line cut by a kill: the epoch is not counted
             continue
     times = [float(r["time"]) for r in records if isinstance(r, dict) and isinstance(r.get("time"), (int, float))]
-    return {"epochs": len(times), "seconds": sum(times)} if times else None
+    return {"epochs": len(times), "seconds": sum(times), "median_epoch": statistics.median(times)} if times else None
 
 
 def certify_cost(tsv: Path) -> Optional[Dict[str, Any]]:
@@ -60,7 +62,7 @@ def stage_costs(spec: TableSpec, out: Path, seeds: Sequence[int]) -> List[Dict[s
 
 
 def stage_notes(costs: Sequence[Dict[str, Any]], many_seeds: bool) -> List[str]:
-    """One line per run: ``Gaussian sigma 0.25: train 90 epochs in 1h02m (41.3 s per epoch);
+    """One line per run: ``Gaussian sigma 0.25: train 90 epochs in 1h02m (median epoch 41.3 s);
     certify 1,000 examples in 3h50m, 7,250 samples/s``."""
     lines = []
     for c in costs:
@@ -68,7 +70,7 @@ def stage_notes(costs: Sequence[Dict[str, Any]], many_seeds: bool) -> List[str]:
         t, k = c["train"], c["certify"]
         if t:
             parts.append(f"train {t['epochs']} epochs in {format_duration(t['seconds'])} "
-                         f"({t['seconds'] / t['epochs']:.1f} s per epoch)")
+                         f"(median epoch {t['median_epoch']:.1f} s)")
         if k:
             rate = f", {k['samples_per_s']:,.0f} samples/s" if k["samples_per_s"] else ""
             parts.append(f"certify {k['examples']:,} examples in {format_duration(k['seconds'])}{rate}")
