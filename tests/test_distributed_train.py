@@ -219,19 +219,36 @@ def one(tmp_path_factory):
     """One-process runs: consistency (chunked) and MACER, 2 epochs each."""
     root = tmp_path_factory.mktemp("one")
     for name, args in RUNS.items():
-        assert main([*args, "--epochs", "2", "--out", str(root / name)]) == 0
+        assert main([*args, "--epochs", "2", *TENSORBOARD[name], "--out", str(root / name)]) == 0
     return root
+
+
+#: the MACER runs also log each step's loss (under torchrun: the sum of the ranks' weighted losses)
+TENSORBOARD = {"consistency": [], "macer": ["--tensorboard"]}
+
+
+def _step_losses(log_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars("step/loss")]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["consistency", "macer"])
 def test_two_ranks_train_as_one_process(one, tmp_path, name):
-    code, stdout, stderr = run(*RUNS[name], "--epochs", "2", "--out", tmp_path / "r")
+    code, stdout, stderr = run(*RUNS[name], "--epochs", "2", *TENSORBOARD[name], "--out", tmp_path / "r")
     assert code == 0, stderr
     assert stdout.count("checkpoint:") == 1 and stdout.count("epoch 2/2") == 1  # rank 0 only
     assert_same_run(one / name, tmp_path / "r")
     assert json.loads((tmp_path / "r" / "config.json").read_text())["world_size"] == 2
-    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["checkpoint.pt", "config.json", "train.log"]
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == sorted(
+        ["checkpoint.pt", "config.json", "train.log", *(["tensorboard"] if TENSORBOARD[name] else [])])
+    if TENSORBOARD[name]:  # each step's loss is the whole batch's, as in one process (not rank 0's half)
+        ours, theirs = _step_losses(tmp_path / "r" / "tensorboard"), _step_losses(one / name / "tensorboard")
+        assert [s for s, _ in ours] == [s for s, _ in theirs] == list(range(1, 31))
+        assert [v for _, v in ours] == pytest.approx([v for _, v in theirs], rel=1e-4)
 
     if name == "consistency":  # rank 0 refuses to overwrite: every rank stops, in one line each
         code, _, stderr = run(*RUNS[name], "--epochs", "2", "--out", tmp_path / "r")

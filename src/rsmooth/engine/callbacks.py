@@ -7,8 +7,9 @@ A callback is any object with some of these methods (each optional; only rank 0 
   "steps_per_epoch": int, "global_step": optimiser steps already taken}`` once the run (fresh
   or resumed) starts;
 - ``on_step(record)``: after each optimiser step, ``{"epoch": 1-based, "step": 1-based within the
-  epoch, "global_step": over the run, "loss": float, "lr": float}``.  Defining it makes the loop
-  read each step's loss (a device synchronisation per step);
+  epoch, "global_step": over the run, "loss": float, "lr": float}``, the loss over the step's whole
+  batch (under torchrun: every rank's, summed by an all-reduce per step).  Defining it makes the
+  loop read each step's loss (a device synchronisation per step);
 - ``on_epoch_end(record)``: the epoch's record as ``train.log`` holds it (``epoch``, ``lr``, the
   method's statistics, ``time``, and ``test_acc``/``test_acc_noisy``/``eval_examples`` on
   evaluated epochs only);

@@ -462,6 +462,7 @@ def train(
     full_test = get_dataset(c.dataset, "test", data_dir=c.data_dir)
     test_set = eval_set(full_test, c)
     cbs = as_callbacks(callbacks, Path(out) / "tensorboard" if c.tensorboard else None)  # every rank checks
+    wants_step = cbs.wants("on_step")  # rank 0's decides (the losses of every rank are summed for it)
     if not w.main:
         cbs = CallbackList()
     extras = {k: v for k, v in (extras or {}).items()}
@@ -515,7 +516,7 @@ def train(
                 distributed.collectives(w, "the other ranks' steps", distributed.RERUN_TRAIN):
             control = _Control(run, save, CheckpointClock(c.checkpoint_every, start_epoch * spe + (
                 partial["steps"] if partial else 0)), stop, w, spe, log, str(ckpt_path), progress)
-            if cbs.wants("on_step"):
+            if distributed.broadcast(wants_step, w, "rank 0's callbacks"):
                 run.on_step = lambda pos, loss: cbs("on_step", {
                     "epoch": pos.epoch + 1, "step": pos.steps, "global_step": pos.epoch * spe + pos.steps,
                     "loss": float(loss), "lr": opt.param_groups[0]["lr"]})
@@ -858,7 +859,7 @@ class _Run:
                 for k, v in stats.items():
                     pos.sums[k] = pos.sums[k] + v if k in pos.sums else v
                 if self.on_step is not None:
-                    self.on_step(pos, loss)
+                    self.on_step(pos, self.chunk_loss(stats["loss"]))
             pos.batch = b + 1
             bar.update(len(idx))
             if not bar.disable and b % 10 == 0:  # reading the loss waits for the device
@@ -874,6 +875,11 @@ class _Run:
             raise RsmoothError(f"training diverged at epoch {epoch + 1} (loss {record.get('loss')}); "
                                f"lower --lr (now {c.lr}) or check the data")
         return record
+
+    def chunk_loss(self, weighted: torch.Tensor) -> torch.Tensor:
+        """The step's loss over its whole chunk: each rank's loss weighted by its share, summed over
+        the ranks (one all-reduce per step under torchrun, only when a callback reads it)."""
+        return distributed.all_reduce(weighted.clone(), self.w, "the other ranks' losses")
 
     def reduced(self, sums: Dict[str, torch.Tensor]) -> Tuple[List[str], torch.Tensor]:
         """(rank 0's statistic names, their sums over the ranks stacked; ``sums`` is left as it is)."""
