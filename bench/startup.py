@@ -5,7 +5,8 @@ Python process that imports rsmooth and builds the command line; this times that
 -c "import rsmooth.cli; rsmooth.cli.build_parser()"``) for this checkout's ``src`` and for the
 ``src`` of another git revision (checked out in a temporary worktree), alternating the two so
 that a busy machine slows both alike, and prints the medians, their ratio, and torch's own import
-time as the floor.
+time as the floor; then the same start followed by loading the digits training set (what most
+test subprocesses and the demo do).
 
 Usage::
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 START = "import rsmooth.cli; rsmooth.cli.build_parser()"
+DIGITS = START + "; from rsmooth.data import get_dataset; get_dataset('digits', 'train')"
 
 
 def timed(code: str, src: Path) -> float:
@@ -42,11 +44,13 @@ def main() -> None:
         old = Path(tmp) / "before"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(old), args.before], check=True)
         try:
-            times = {"before": [], "now": [], "torch": []}
+            times = {"before": [], "now": [], "torch": [], "digits before": [], "digits now": []}
             for _ in range(args.repeats):
                 times["before"].append(timed(START, old / "src"))
                 times["now"].append(timed(START, ROOT / "src"))
                 times["torch"].append(timed("import torch", ROOT / "src"))
+                times["digits before"].append(timed(DIGITS, old / "src"))
+                times["digits now"].append(timed(DIGITS, ROOT / "src"))
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=True)
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -56,6 +60,9 @@ def main() -> None:
     print(f"  this checkout: {med['now']:.2f} s  ({med['before'] / med['now']:.2f}x faster, "
           f"{med['before'] - med['now']:.2f} s less per process)")
     print(f"  import torch alone: {med['torch']:.2f} s")
+    print(f"the same start, then the digits training set loaded: {args.before} {med['digits before']:.2f} s, "
+          f"this checkout {med['digits now']:.2f} s ({med['digits before'] / med['digits now']:.2f}x, "
+          f"{med['digits before'] - med['digits now']:.2f} s less)")
 
 
 if __name__ == "__main__":

@@ -238,6 +238,24 @@ def test_digits_split(digits):
     assert set(tr.tolist()).isdisjoint(te.tolist())
 
 
+def test_digits_load_without_importing_sklearn_and_equal_its_fallback(digits, monkeypatch):
+    """The shipped CSV is read directly (importing scikit-learn costs seconds per process); a
+    scikit-learn that kept it elsewhere falls back to load_digits with the same arrays."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from rsmooth.data import get_dataset; get_dataset('digits', 'train'); "
+            "assert 'sklearn' not in sys.modules, 'sklearn imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    from rsmooth.data import digits as module
+
+    monkeypatch.setattr(module, "_shipped_file", lambda: None)
+    for ds, split in zip(digits, ("train", "test")):
+        again = get_dataset("digits", split)
+        assert torch.equal(again.images, ds.images) and torch.equal(again.targets, ds.targets)
+        assert again.fingerprint() == ds.fingerprint()
+
+
 def test_digits_deterministic_and_unaugmented(digits):
     train, _ = digits
     again = get_dataset("digits", "train")

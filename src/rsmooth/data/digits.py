@@ -3,31 +3,68 @@
 1,797 images, 1x8x8, pixel values 0-16 divided by 16, 10 classes, no normalisation and
 no augmentation.  The split is fixed: ``train_test_split(test_size=360, stratify=y,
 random_state=0)`` gives 1,437 training and 360 test images; each split keeps the
-images in scikit-learn's original order (sorted indices), so only the split's
-membership, not its shuffle, depends on scikit-learn.  Needs no download.
+images in scikit-learn's original order (sorted indices).  The split is stored here
+(:data:`TEST_MASK`) and the images are read from the file scikit-learn ships
+(``sklearn/datasets/data/digits.csv.gz``, what ``load_digits`` reads) without importing
+scikit-learn, which costs seconds in every process that loads the data; neither the split
+nor the images change with scikit-learn's version.  Needs no download.
 """
 from __future__ import annotations
 
-from typing import Optional
+import base64
+import gzip
+import importlib.util
+from pathlib import Path
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
 
 from .base import DATASETS, DatasetInfo, InMemoryDataset, PathLike
 
-__all__ = ["Digits", "TEST_SIZE", "SPLIT_SEED"]
+__all__ = ["Digits", "TEST_SIZE", "SPLIT_SEED", "TEST_MASK"]
 
 TEST_SIZE = 360
 SPLIT_SEED = 0
+NUM_IMAGES = 1797
+#: the test images among the 1,797, a bitmask (``np.packbits``, base64): the split that
+#: ``train_test_split(np.arange(1797), test_size=TEST_SIZE, stratify=target, random_state=SPLIT_SEED)``
+#: gives (scikit-learn 1.x; a test checks it against the installed scikit-learn)
+TEST_MASK = (
+    "AAAEiDUkEEAABkEAk0IFABoACAEAJAAoBiwSABAAlAoAkBkSBCD4oAKBEKAACAqIIEQVJElCQKAKAAAAQATYAACBgCAASAXE"
+    "ABBACKAQAAVASAAwEAACDsQJAAIkhACDqAE8IKaYCgAAAAsIQAgEoBhIAgJAQcEAgARARoQ3aoECFgBEgABAQqCkGApQAIQLh"
+    "WHGCBCACABMgMAgBAaOAAEIggCBADgIA8AIGQAAEA4BAIQQoCEAMygpBMBEwIBoDgECgwCCAIgipkAsJAQhCKhggJCBoAwCggJ"
+    "CEgE4pBUA")
 
 
-def _split_indices(labels: np.ndarray, split: str) -> np.ndarray:
-    from sklearn.model_selection import train_test_split
+def _split_indices(split: str) -> np.ndarray:
+    """The sorted indices of ``split`` ("train" or "test") among the 1,797 images."""
+    mask = np.unpackbits(np.frombuffer(base64.b64decode(TEST_MASK), dtype=np.uint8))[:NUM_IMAGES].astype(bool)
+    return np.flatnonzero(mask if split == "test" else ~mask)
 
-    train, test = train_test_split(
-        np.arange(len(labels)), test_size=TEST_SIZE, stratify=labels, random_state=SPLIT_SEED
-    )
-    return np.sort(train if split == "train" else test)
+
+def _shipped_file() -> Optional[Path]:
+    """scikit-learn's ``datasets/data/digits.csv.gz``, found without importing scikit-learn."""
+    spec = importlib.util.find_spec("sklearn")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            return path
+    return None
+
+
+def _images_and_labels() -> Tuple[np.ndarray, np.ndarray]:
+    """The 1,797 images (float64 [N, 8, 8], 0-16) and labels, as ``load_digits`` gives them."""
+    path = _shipped_file()
+    if path is not None:
+        with gzip.open(path, "rt") as fh:
+            data = np.loadtxt(fh, delimiter=",")
+        if data.shape == (NUM_IMAGES, 65):
+            return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(np.int64)
+    from sklearn.datasets import load_digits  # a scikit-learn that keeps the file elsewhere
+
+    bunch = load_digits()
+    return np.asarray(bunch.images), np.asarray(bunch.target, dtype=np.int64)
 
 
 @DATASETS.register("digits")
@@ -39,12 +76,9 @@ class Digits(InMemoryDataset):
     @classmethod
     def load(cls, split: str, data_dir: Optional[PathLike] = None, download: bool = True) -> "Digits":
         """``data_dir`` and ``download`` are ignored: the data ship with scikit-learn."""
-        from sklearn.datasets import load_digits
-
-        bunch = load_digits()
-        images = np.asarray(bunch.images, dtype=np.float32)
-        labels = np.asarray(bunch.target, dtype=np.int64)
-        idx = _split_indices(labels, split)
+        images, labels = _images_and_labels()
+        images = np.asarray(images, dtype=np.float32)
+        idx = _split_indices(split)
         x = torch.from_numpy(images[idx] / np.float32(16.0)).unsqueeze(1).contiguous()
         y = torch.from_numpy(labels[idx])
         return cls(split, x, y, source="sklearn.datasets.load_digits")
