@@ -482,7 +482,7 @@ def test_intervals_inside_and_stage_costs_against_scipy(tmp_path):
     run.mkdir(parents=True)
     with CertifyWriter(run / "certify.tsv") as w:
         for i in range(m):
-            w.write(i, 0, 0 if correct[i] else 1, float(radius[i]), bool(correct[i]), 0.5)
+            w.write(i, 0, 0 if correct[i] else 1, float(radius[i]), bool(correct[i]), 100.0 if i == 7 else 0.5)  # 7: suspended
     write_sidecar(run / "certify.tsv", {"complete": True, "mode": "certify", "n0": 100, "n": 100_000})
     (run / "train.log").write_text("".join(json.dumps({"epoch": e, "time": 30.0}) + "\n" for e in range(1, 91))
                                    + '{"epoch": 91, "ti')  # a line cut by a kill is not counted
@@ -505,10 +505,10 @@ def test_intervals_inside_and_stage_costs_against_scipy(tmp_path):
         a = paper.accuracy_at(r)
         assert diff[4 + j].endswith("(inside)" if 100 * lo <= a <= 100 * hi else "(outside)")
     assert "Clopper-Pearson, exact" in text and "whether the paper's value lies in it" in text
-    assert ("- Gaussian sigma 0.25: train 90 epochs in 45m00s (median epoch 30.0 s); certify 400 examples in 3m20s, "
-            f"{400 * 100_100 / 200:,.0f} samples/s") in text
+    assert ("- Gaussian sigma 0.25: train 90 epochs in 45m00s (median epoch 30.0 s); certify 400 examples in 5m00s, "
+            f"{400 * 100_100 / 299.5:,.0f} samples/s (median example 0.5 s: {100_100 / 0.5:,.0f} samples/s)") in text
     res = json.loads((tmp_path / "results.json").read_text())
-    assert res["costs"][0]["certify"]["samples_per_s"] == pytest.approx(400 * 100_100 / 200)
+    assert res["costs"][0]["certify"]["samples_per_s"] == pytest.approx(400 * 100_100 / 299.5)
     assert res["rows"][0]["paper"]["inside"]["acr"] in ("inside", "outside")
 
 
