@@ -18,10 +18,13 @@ from pathlib import Path
 from rsmooth.report.plots import plot_curves
 
 AUTHORS = Path(__file__).resolve().parents[1] / "docs" / "reproductions" / "authors"
+#: (sigma as the authors' files name it, our run folder)
+RUNS = (("0.25", "gaussian_0.25"), ("0.50", "gaussian_0.50"))
 
 
 def ours(run: Path):
     rows = [json.loads(line) for line in (run / "train.log").read_text().splitlines() if line.startswith("{")]
+    rows = [r for r in rows if "test_acc_noisy" in r]  # evaluated epochs
     return [r["epoch"] for r in rows], [100 * r["test_acc_noisy"] for r in rows]
 
 
@@ -37,7 +40,7 @@ def main() -> None:
     p.add_argument("--out", default="docs/reproductions/fashion-mnist-table4-curves.png")
     args = p.parse_args()
     curves = []
-    for sigma, folder in (("0.25", "gaussian_0.25"), ("0.50", "gaussian_0.50")):
+    for sigma, folder in RUNS:
         run = Path(args.root) / "runs" / "fashion-mnist" / folder / "seed0"
         if (run / "train.log").is_file():
             curves.append((f"rsmooth, sigma {sigma}", *ours(run)))
