@@ -15,9 +15,10 @@ from rsmooth.cli import main
 from rsmooth.engine.seeding import generator
 from rsmooth.metrics import read_certify_tsv
 from rsmooth.smoothing import Smooth, anytime_lower, anytime_upper
+from rsmooth.smoothing.procedures import Adaptive, Sequential
 from rsmooth.smoothing.sequential import (
-    FIRST_LOOK, Bounds, Decision, check_points, decide, log_lower_martingale, log_upper_martingale, radius_gain,
-    radius_of, run_sequence, thresholds,
+    FIRST_LOOK, FUTILITY, Bounds, Decision, check_points, decide, log_lower_martingale, log_upper_martingale,
+    radius_gain, radius_of, run_sequence, sequence_steps, settle_looks, thresholds,
 )
 
 from test_smoothing import Linear2
@@ -197,13 +198,47 @@ def test_decision_rule():
     assert radius_of(0.3, 0.5) == 0.0
 
 
+def _run_together(votes, alpha, n_max, done, futility=FUTILITY):
+    """run_sequence on each of ``votes`` (one callable per trial), every trial's looks settled in one
+    vectorised settle_looks call, as the packer does for the images of a pass."""
+    steps = [sequence_steps(alpha, n_max, done, futility) for _ in votes]
+    requests, out = {i: next(s) for i, s in enumerate(steps)}, {}
+    while requests:
+        looks = {i: steps[i].send(votes[i](m)) for i, m in requests.items()}
+        requests = {}
+        for i, bounds in zip(looks, settle_looks(list(looks.values()))):
+            try:
+                requests[i] = steps[i].send(bounds)
+            except StopIteration as stop:
+                out[i] = stop.value
+    return [out[i] for i in range(len(votes))]
+
+
+def _stream(draws):
+    """votes(m) handing out the next m of the 0/1 ``draws`` in order."""
+    drawn = [0]
+
+    def votes(m):
+        drawn[0] += m
+        return int(draws[drawn[0] - m:drawn[0]].sum())
+    return votes
+
+
+def test_trials_run_together_equal_run_sequence_one_by_one():
+    rng = np.random.default_rng(3)
+    draws = [rng.random(2000) < p for p in (0.6, 0.85, 0.92, 0.97, 0.999)]
+    done = lambda b: decide(b, [0.9])[0] is not Decision.OPEN  # noqa: E731
+    alone = [run_sequence(_stream(d), 0.01, 2000, done, 0.1) for d in draws]
+    assert _run_together([_stream(d) for d in draws], 0.01, 2000, done, 0.1) == alone
+
+
 @pytest.mark.slow
 def test_running_bounds_under_the_worst_stopping_rule():
     """run_sequence stopped the first time its lower bound exceeds p_A (an adversary's choice): rare."""
     alpha, trials, p = 0.1, 300, 0.8
-    rng = np.random.default_rng(0)
-    wrong = sum(run_sequence(lambda m: rng.binomial(m, p), alpha, 300, lambda b: b.lower > p).lower > p
-                for _ in range(trials))
+    rngs = [np.random.default_rng([0, k]) for k in range(trials)]
+    bounds = _run_together([lambda m, r=r: r.binomial(m, p) for r in rngs], alpha, 300, lambda b: b.lower > p)
+    wrong = sum(b.lower > p for b in bounds)
     assert _at_most(wrong, trials, alpha), wrong
 
 
@@ -214,25 +249,32 @@ def test_radii_given_up_are_rarely_ones_n_max_would_certify():
     certified it at most 2 beta of the time (binomial test)."""
     alpha, beta, n_max, level, trials, p_a = 0.01, 0.1, 2000, 0.9, 150, 0.92
     rng = np.random.default_rng(5)
-    gave_up = wrong = 0
-    for _ in range(trials):
-        draws = rng.random(n_max) < p_a
-        drawn = [0]
-
-        def votes(m):
-            drawn[0] += m
-            return int(draws[drawn[0] - m:drawn[0]].sum())
-
-        b = run_sequence(votes, alpha, n_max, lambda b: decide(b, [level])[0] is not Decision.OPEN, beta)
-        if decide(b, [level])[0] in (Decision.NOT_CERTIFIABLE, Decision.BEYOND_CAP) and b.n < n_max:
-            gave_up += 1
-            wrong += float(anytime_lower(draws.sum(), n_max, alpha)) > level
-    assert gave_up > 20 and _at_most(wrong, gave_up, 2 * beta), (wrong, gave_up)
+    draws = [rng.random(n_max) < p_a for _ in range(trials)]
+    bounds = _run_together([_stream(d) for d in draws], alpha, n_max,
+                           lambda b: decide(b, [level])[0] is not Decision.OPEN, beta)
+    gave_up = [d for d, b in zip(draws, bounds)
+               if decide(b, [level])[0] in (Decision.NOT_CERTIFIABLE, Decision.BEYOND_CAP) and b.n < n_max]
+    wrong = sum(float(anytime_lower(d.sum(), n_max, alpha)) > level for d in gave_up)
+    assert len(gave_up) > 20 and _at_most(wrong, len(gave_up), 2 * beta), (wrong, len(gave_up))
 
 
 def _linear(v, sigma):
     """A two-class linear classifier and an input with p_A = P(class 1) = Phi(v / sigma): true radius v."""
     return Smooth(Linear2(torch.tensor([1.0, 0.0, 0.0, 0.0]), 0.0), 2, sigma), torch.tensor([v, 0.0, 0.0, 0.0]).view(1, 2, 2)
+
+
+def _trials(smooth, x, procedure, trials):
+    """The procedure's result on ``x`` with the noise of seed k, for k < trials: each is what the
+    method of the same name returns with that generator (Smooth.stream packs them in one pass)."""
+    items = [(k, x, torch.Generator().manual_seed(k)) for k in range(trials)]
+    return [r for _, r, _ in sorted(smooth.stream(procedure, items, 8192), key=lambda kr: kr[0])]
+
+
+def test_trials_equal_the_method_on_each_seed():
+    smooth, x = _linear(0.5, 0.5)
+    certs = _trials(smooth, x, Sequential(20, 0.1, 1000, FUTILITY, radii=(0.25, 0.5, 0.75)), 3)
+    assert certs == [smooth.certify_sequential(x, 20, [0.25, 0.5, 0.75], 0.1, n_max=1000, batch_size=1000,
+                                               generator=torch.Generator().manual_seed(k)) for k in range(3)]
 
 
 @pytest.mark.slow
@@ -241,11 +283,8 @@ def test_sequential_wrong_robust_decisions_are_rare():
     The sequential rule stops as soon as a lower bound exceeds a threshold, the worst case for this error."""
     sigma, alpha, trials = 0.5, 0.1, 150
     smooth, x = _linear(0.5, sigma)
-    wrong = 0
-    for k in range(trials):
-        cert = smooth.certify_sequential(x, 20, [0.25, 0.5, 0.75], alpha, n_max=1000, batch_size=1000,
-                                         generator=torch.Generator().manual_seed(k))
-        wrong += cert.radius >= 0.5 or (cert.prediction not in (1, Smooth.ABSTAIN))
+    certs = _trials(smooth, x, Sequential(20, alpha, 1000, FUTILITY, radii=(0.25, 0.5, 0.75)), trials)
+    wrong = sum(c.radius >= 0.5 or (c.prediction not in (1, Smooth.ABSTAIN)) for c in certs)
     assert _at_most(wrong, trials, alpha), wrong
 
 
@@ -253,8 +292,7 @@ def test_sequential_wrong_robust_decisions_are_rare():
 def test_adaptive_radii_above_the_truth_are_rare():
     sigma, alpha, trials, truth = 0.5, 0.1, 150, 0.4
     smooth, x = _linear(truth, sigma)
-    certs = [smooth.certify_adaptive(x, 20, alpha, radius_tol=0.05, n_max=1000, batch_size=1000,
-                                     generator=torch.Generator().manual_seed(k)) for k in range(trials)]
+    certs = _trials(smooth, x, Adaptive(20, alpha, 1000, FUTILITY, radius_tol=0.05), trials)
     wrong = sum(c.radius > truth or c.prediction not in (1, Smooth.ABSTAIN) for c in certs)
     assert _at_most(wrong, trials, alpha), wrong
     assert np.mean([c.radius for c in certs]) > truth - 0.15  # and not vacuous
