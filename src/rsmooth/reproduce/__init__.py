@@ -101,9 +101,13 @@ def reproduce(table: str, out: str, *, budget: str = "small", seeds: Optional[in
         raise RsmoothError("reproduce runs its steps itself; under torchrun, run the steps of "
                            "'rsmooth reproduce ... --print-commands' (each works under torchrun)")
     root = check_output_dir(out)
+    seed_list = list(range(seeds))
+    if collect and not (root / "reproduce.json").exists() and not (root / "runs").exists():
+        log(f"Note: {root} holds no reproduction yet (no reproduce.json, no runs/), so nothing is written there; "
+            f"check --out, or start the reproduction without --collect")
+        return render(spec, b, seed_list, root, _train_sizes(spec, b, data_dir), write=False)
     root.mkdir(parents=True, exist_ok=True)
     _check_folder(root, spec, b)
-    seed_list = list(range(seeds))
     steps = plan(spec, b, seed_list, root, data_dir=data_dir, device=device)
     if print_commands:
         return commands(steps, root / "commands")

@@ -189,8 +189,9 @@ def _z() -> float:
 
 
 def render(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path,
-           train_sizes: Dict[str, Optional[int]]) -> str:
-    """The markdown table (also written to ``out/table.md``, numbers to ``out/results.json``)."""
+           train_sizes: Dict[str, Optional[int]], write: bool = True) -> str:
+    """The markdown table (also written to ``out/table.md``, numbers to ``out/results.json``, unless
+    ``write`` is False)."""
     results = row_results(spec, out, seeds)
     radii = [] if spec.acr_only else list(spec.radii)
     many = len(spec.datasets) > 1  # a dataset column (e.g. Jeong et al. 2023 Table 12: MNIST and CIFAR-10)
@@ -250,6 +251,8 @@ def render(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path,
               *[f"- {c}" for c in stage_notes(costs, len(seeds) > 1)]] if costs else []
     text = "\n".join(caption(spec, budget, seeds, train_sizes) + [""] + lines + [""]
                      + [f"Note: {n}" for n in notes] + stages)
+    if not write:
+        return text
     atomic_write_text(out / "table.md", text + "\n")
     atomic_write_text(out / "results.json", json.dumps({"table": spec.id, "budget": budget.name,
                                                         "seeds": list(seeds), "rows": record, "costs": costs},
