@@ -441,8 +441,6 @@ def train(
         trust_code: run the ``module:factory`` that a file names (the arch recorded in ``out`` when
             ``config`` is None, the ``classifier`` checkpoint's; :mod:`rsmooth.trust`).
     """
-    from ..data import get_dataset
-
     if config is None:
         check(resume, "train(None, out) continues the run recorded in out: pass resume=True, or a TrainConfig")
         config = TrainConfig.from_run(out, trust_code=trust_code)
@@ -458,47 +456,24 @@ def train(
         progress, log = False, distributed.quiet
     ckpt_path = Path(out) / CHECKPOINT_NAME
 
-    train_set = get_dataset(c.dataset, "train", data_dir=c.data_dir, subset=c.train_subset)
-    full_test = get_dataset(c.dataset, "test", data_dir=c.data_dir)
-    test_set = eval_set(full_test, c)
+    train_set, full_test, test_set, extras = _data(c, method, extras)
     cbs = as_callbacks(callbacks, Path(out) / "tensorboard" if c.tensorboard else None)  # every rank checks
     wants_step = cbs.wants("on_step")  # rank 0's decides (the losses of every rank are summed for it)
     if not w.main:
         cbs = CallbackList()
-    extras = {k: v for k, v in (extras or {}).items()}
-    if c.targets:
-        from .targets import load_targets
-
-        extras["targets"] = load_targets(c.targets, train_set)
-    for name in method.requires:
-        check(name in extras, f"method {c.method} needs --{name} FILE (make it with 'rsmooth {name}')")
-    for name, v in extras.items():
-        check(v.shape[0] == len(train_set), f"{name} has {v.shape[0]} rows but the {c.dataset} "
-              f"training set has {len(train_set)} examples")
-
     torch.manual_seed(c.seed)
     model, scored, recorded = _build_model(c, method, device, trust_code)
     if c.sync_bn and w.size > 1:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = (torch.optim.Adam(params, lr=c.lr, weight_decay=c.weight_decay) if c.optimizer == "adam" else
-           torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay, nesterov=c.nesterov))
+    opt = _optimizer(model, c)
     sched = _make_scheduler(opt, c)
     with distributed.process_group(device):
         if w.size > 1:
             distributed.agree(w, _rank_facts(c, train_set, test_set, extras, recorded))
             _warn_own_randomness(model, w)
         ck = _start_state(ckpt_path, c, resume, w, log)
-        start_epoch, history = 0, []
         scaler = torch.amp.GradScaler(device.type, enabled=c.precision == "fp16")
-        if ck is not None:
-            model.load_state_dict(ck["state_dict"])
-            opt.load_state_dict(ck["optimizer"])
-            sched.load_state_dict(ck["scheduler"])
-            if scaler.is_enabled():
-                scaler.load_state_dict(ck["scaler"])
-            start_epoch, history = int(ck["epoch"]), list(ck.get("history", []))
-            torch.set_rng_state(ck["rng"]["torch"])
+        start_epoch, history = _load_state(ck, model, opt, sched, scaler)
         partial = _partial_of(ck)
         run = _Run(c, method, model, *_fast_modes(model, c, device, w), opt, sched, scaler, w, device,
                    {k: v.to(device, non_blocking=True) for k, v in extras.items()})
@@ -544,10 +519,7 @@ def train(
                     history.append(record)
                     save(epoch + 1, "epoch")
                     control.clock.reset((epoch + 1) * spe)
-                    line = epoch_line(record, c.epochs, len(full_test))
-                    if epoch + 1 < c.epochs:
-                        line += f"  eta {format_duration(epoch_pace(history) * (c.epochs - epoch - 1))}"
-                    log(line)
+                    log(epoch_line(record, c.epochs, len(full_test), history))
                     write(record)
                     cbs("on_epoch_end", record)
                     if epoch + 1 < c.epochs:
@@ -572,8 +544,8 @@ def epoch_pace(history: List[Dict[str, Any]]) -> float:
     return statistics.median(float(r["time"]) for r in history[-ETA_EPOCHS:])
 
 
-def epoch_line(record: Dict[str, Any], epochs: int, test_size: int) -> str:
-    """The console line of a finished epoch (without the run's eta)."""
+def epoch_line(record: Dict[str, Any], epochs: int, test_size: int, history: List[Dict[str, Any]]) -> str:
+    """The console line of a finished epoch, ``history`` the run's epochs up to it (for the eta)."""
     line = f"epoch {record['epoch']}/{epochs}  lr {record['lr']:.4g}  loss {record['loss']:.4f}  "
     if "test_acc" in record:
         line += f"test acc {record['test_acc']:.4f}  noisy {record['test_acc_noisy']:.4f}  "
@@ -581,7 +553,50 @@ def epoch_line(record: Dict[str, Any], epochs: int, test_size: int) -> str:
             line += f"(on {record['eval_examples']} test examples)  "
     else:
         line += "(not evaluated)  "
-    return line + f"{record['time']:.1f}s"
+    line += f"{record['time']:.1f}s"
+    left = epochs - record["epoch"]
+    return line + f"  eta {format_duration(epoch_pace(history) * left)}" if left > 0 else line
+
+
+def _data(c: TrainConfig, method: Method, extras: Optional[Dict[str, torch.Tensor]]):
+    """(training set, test set, the examples evaluated each epoch, the per-example tensors the method
+    gets: ``extras`` and ``c.targets``, each checked to have a row per training example)."""
+    from ..data import get_dataset
+
+    train_set = get_dataset(c.dataset, "train", data_dir=c.data_dir, subset=c.train_subset)
+    full_test = get_dataset(c.dataset, "test", data_dir=c.data_dir)
+    extras = dict(extras or {})
+    if c.targets:
+        from .targets import load_targets
+
+        extras["targets"] = load_targets(c.targets, train_set)
+    for name in method.requires:
+        check(name in extras, f"method {c.method} needs --{name} FILE (make it with 'rsmooth {name}')")
+    for name, v in extras.items():
+        check(v.shape[0] == len(train_set), f"{name} has {v.shape[0]} rows but the {c.dataset} "
+              f"training set has {len(train_set)} examples")
+    return train_set, full_test, eval_set(full_test, c), extras
+
+
+def _optimizer(model: nn.Module, c: TrainConfig) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if c.optimizer == "adam":
+        return torch.optim.Adam(params, lr=c.lr, weight_decay=c.weight_decay)
+    return torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay, nesterov=c.nesterov)
+
+
+def _load_state(ck: Optional[Dict[str, Any]], model: nn.Module, opt, sched, scaler) -> Tuple[int, List[Dict[str, Any]]]:
+    """Load a checkpoint's states (and torch's random state) into the run's objects; (epochs done,
+    history).  (0, []) without one."""
+    if ck is None:
+        return 0, []
+    model.load_state_dict(ck["state_dict"])
+    opt.load_state_dict(ck["optimizer"])
+    sched.load_state_dict(ck["scheduler"])
+    if scaler.is_enabled():
+        scaler.load_state_dict(ck["scaler"])
+    torch.set_rng_state(ck["rng"]["torch"])
+    return int(ck["epoch"]), list(ck.get("history", []))
 
 
 def _partial_of(ck: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:

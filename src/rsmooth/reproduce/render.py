@@ -197,67 +197,79 @@ def render(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path,
     many = len(spec.datasets) > 1  # a dataset column (e.g. Jeong et al. 2023 Table 12: MNIST and CIFAR-10)
     head = [*(["dataset"] if many else []), "sigma", "method", "", "ACR", *[f"{r:.2f}" for r in radii]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (3 + many) + "---:|" * (len(head) - 3 - many)]
-    record, missing, prev, so_far = [], 0, None, False
+    record, prev = [], None
     for row, per_seed in zip(spec.rows, results):
-        missing += len(seeds) - len(per_seed)
-        so_far = so_far or any(not s["complete"] for s in per_seed.values())
-        acr_m, acr_s = _stats([r["acr"] for r in per_seed.values()])
-        acc = {r: _stats([s["accuracy"][r] for s in per_seed.values()]) for r in radii}
-        p = row.paper
         first = (row.dataset, row.sigma) != prev
-        sig = ([row.dataset if first else ""] if many else []) + [f"{row.sigma:.2f}" if first else ""]
         prev = (row.dataset, row.sigma)
-        blank = [""] * (len(sig) + 1)
-        ours = _ours(per_seed, seeds)
-        if any(s["constant"] for s in per_seed.values()):
-            ours += " " + CONSTANT_MARK
-        lines.append("| " + " | ".join([*sig, row.label, ours, _cell(acr_m, acr_s, 3),
-                                         *[_cell(*acc[r], 1) for r in radii]]) + " |")
-        acr_ci, acc_ci = intervals(per_seed, radii)
-        if per_seed:
-            lines.append("| " + " | ".join([*blank, f"{CONFIDENCE:.0%} interval", _interval_cell(acr_ci, 3),
-                                             *[_interval_cell(acc_ci[r], 1) for r in radii]]) + " |")
-        if p is not None:
-            paper_acc = [p.accuracy_at(r) for r in radii]
-            std = getattr(p, "acr_std", None)
-            lines.append("| " + " | ".join([*blank, "paper", _cell(p.acr, math.nan if std is None else std, 4 if std else 3),
-                                             *["" if a is None else f"{a:.1f}" for a in paper_acc]]) + " |")
-            lines.append("| " + " | ".join([*blank, "difference", _diff(acr_m, p.acr, 3) + _inside(p.acr, acr_ci),
-                                             *[_diff(acc[r][0], a, 1) + _inside(a, acc_ci[r])
-                                               for r, a in zip(radii, paper_acc)]]) + " |")
-        record.append({"label": row.label, "dataset": row.dataset, "method": row.method, "sigma": row.sigma,
-                       "hparams": row.hparams, "run": row.key, "seeds": {str(k): v for k, v in per_seed.items()},
-                       "acr": {"mean": acr_m, "std": acr_s},
-                       "accuracy": {f"{r:g}": {"mean": m, "std": s, "interval": list(acc_ci[r])}
-                                    for r, (m, s) in acc.items()},
-                       "acr_interval": list(acr_ci), "confidence": CONFIDENCE,
-                       "paper": None if p is None else {
-                           "acr": p.acr, "accuracy": {f"{r:g}": v for r, v in p.accuracy.items()},
-                           "inside": {"acr": _inside(p.acr, acr_ci).strip(" ()") or None,
-                                      **{f"{r:g}": _inside(p.accuracy_at(r), acc_ci[r]).strip(" ()") or None
-                                         for r in radii}}}})
-    notes = _constant_notes(spec, results) + _orderings(spec, results) + _reach(spec, budget, radii)
-    if spec.not_reproduced:
-        notes.append("not reproduced (rsmooth does not train them as printed): " + "; ".join(spec.not_reproduced))
-    if missing:
-        notes.append(f"-: not certified yet ({missing} of {len(spec.rows) * len(seeds)} runs missing); rerun the "
-                     f"command to continue")
-    if so_far:
-        notes.append("so far: a certification still running (or stopped), counted on the examples it has "
-                     "certified up to now, with the intervals of that many")
+        sig = ([row.dataset if first else ""] if many else []) + [f"{row.sigma:.2f}" if first else ""]
+        row_lines, row_record = _row(row, per_seed, seeds, radii, sig)
+        lines += row_lines
+        record.append(row_record)
     costs = stage_costs(spec, out, seeds)
     stages = ["", "What each step cost (wall time, including any time the machine was shared or the job suspended; "
               "training: the sum of its epochs):",
               *[f"- {c}" for c in stage_notes(costs, len(seeds) > 1)]] if costs else []
     text = "\n".join(caption(spec, budget, seeds, train_sizes) + [""] + lines + [""]
-                     + [f"Note: {n}" for n in notes] + stages)
-    if not write:
-        return text
-    atomic_write_text(out / "table.md", text + "\n")
-    atomic_write_text(out / "results.json", json.dumps({"table": spec.id, "budget": budget.name,
-                                                        "seeds": list(seeds), "rows": record, "costs": costs},
-                                                       indent=1, default=_json) + "\n")
+                     + [f"Note: {n}" for n in _notes(spec, budget, seeds, results, radii)] + stages)
+    if write:
+        atomic_write_text(out / "table.md", text + "\n")
+        atomic_write_text(out / "results.json", json.dumps({"table": spec.id, "budget": budget.name,
+                                                            "seeds": list(seeds), "rows": record, "costs": costs},
+                                                           indent=1, default=_json) + "\n")
     return text
+
+
+def _row(row, per_seed: Dict[int, Dict[str, Any]], seeds: Sequence[int], radii: List[float],
+         sig: List[str]) -> Tuple[List[str], Dict[str, Any]]:
+    """One row's markdown lines (ours, the interval, the paper's, the difference; ``sig`` its first
+    cells) and its record for results.json."""
+    acr_m, acr_s = _stats([r["acr"] for r in per_seed.values()])
+    acc = {r: _stats([s["accuracy"][r] for s in per_seed.values()]) for r in radii}
+    acr_ci, acc_ci = intervals(per_seed, radii)
+    p = row.paper
+    blank = [""] * (len(sig) + 1)
+    ours = _ours(per_seed, seeds)
+    if any(s["constant"] for s in per_seed.values()):
+        ours += " " + CONSTANT_MARK
+    lines = ["| " + " | ".join([*sig, row.label, ours, _cell(acr_m, acr_s, 3),
+                                *[_cell(*acc[r], 1) for r in radii]]) + " |"]
+    if per_seed:
+        lines.append("| " + " | ".join([*blank, f"{CONFIDENCE:.0%} interval", _interval_cell(acr_ci, 3),
+                                        *[_interval_cell(acc_ci[r], 1) for r in radii]]) + " |")
+    if p is not None:
+        paper_acc = [p.accuracy_at(r) for r in radii]
+        std = getattr(p, "acr_std", None)
+        lines.append("| " + " | ".join([*blank, "paper", _cell(p.acr, math.nan if std is None else std, 4 if std else 3),
+                                        *["" if a is None else f"{a:.1f}" for a in paper_acc]]) + " |")
+        lines.append("| " + " | ".join([*blank, "difference", _diff(acr_m, p.acr, 3) + _inside(p.acr, acr_ci),
+                                        *[_diff(acc[r][0], a, 1) + _inside(a, acc_ci[r])
+                                          for r, a in zip(radii, paper_acc)]]) + " |")
+    record = {"label": row.label, "dataset": row.dataset, "method": row.method, "sigma": row.sigma,
+              "hparams": row.hparams, "run": row.key, "seeds": {str(k): v for k, v in per_seed.items()},
+              "acr": {"mean": acr_m, "std": acr_s},
+              "accuracy": {f"{r:g}": {"mean": m, "std": s, "interval": list(acc_ci[r])} for r, (m, s) in acc.items()},
+              "acr_interval": list(acr_ci), "confidence": CONFIDENCE,
+              "paper": None if p is None else {
+                  "acr": p.acr, "accuracy": {f"{r:g}": v for r, v in p.accuracy.items()},
+                  "inside": {"acr": _inside(p.acr, acr_ci).strip(" ()") or None,
+                             **{f"{r:g}": _inside(p.accuracy_at(r), acc_ci[r]).strip(" ()") or None for r in radii}}}}
+    return lines, record
+
+
+def _notes(spec: TableSpec, budget: Budget, seeds: Sequence[int], results, radii: List[float]) -> List[str]:
+    """The notes under the table: constant predictors, orderings, radii beyond reach, rows not
+    reproduced, runs missing, certifications still running."""
+    notes = _constant_notes(spec, results) + _orderings(spec, results) + _reach(spec, budget, radii)
+    if spec.not_reproduced:
+        notes.append("not reproduced (rsmooth does not train them as printed): " + "; ".join(spec.not_reproduced))
+    missing = sum(len(seeds) - len(per_seed) for per_seed in results)
+    if missing:
+        notes.append(f"-: not certified yet ({missing} of {len(spec.rows) * len(seeds)} runs missing); rerun the "
+                     f"command to continue")
+    if any(not s["complete"] for per_seed in results for s in per_seed.values()):
+        notes.append("so far: a certification still running (or stopped), counted on the examples it has "
+                     "certified up to now, with the intervals of that many")
+    return notes
 
 
 CONSTANT_MARK = "(constant †)"
