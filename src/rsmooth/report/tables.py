@@ -148,32 +148,8 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
     head = ["model"] + (["sigma"] if with_sigma else []) + ["examples", "ACR"]
     head += [_radius_header(r) for r in radii]
     extra = [f"acc@{_radius_header(r)}_{end}" for r in radii for end in ("lo", "hi", "hp")] if with_ci and full else []
-    n_fixed = len(head) - len(radii) - 1  # columns before ACR: model, [sigma], examples
-    rows: List[List[str]] = []
-    for s in summaries:
-        row = [s.label]
-        if with_sigma:
-            row.append("" if s.sigma is None else repr(s.sigma) if full else f"{s.sigma:.2f}")
-        row += [_examples_cell(s, full), repr(float(s.acr)) if full else f"{s.acr:.3f}"]
-        acc = [None if a is None else as_percent(a, s.num_examples) for a in _accuracy_at(s, radii)]
-        bounds = _bounds_at(s, radii) if s.ci else None
-        undecided = "" if full else UNDECIDED
-        if bounds is not None and not full:
-            row += [undecided if a is None else _ci_cell(a, b, fmt) for a, b in zip(acc, bounds)]
-        else:
-            row += [undecided if a is None else repr(a) if full else f"{a:.1f}" for a in acc]
-        if extra:
-            row += ([("" if b is None or x is None else repr(100.0 * x)) for b in bounds
-                     for x in ((None,) * 3 if b is None else (b.lo, b.hi, b.hp))]
-                    if bounds else [""] * len(extra))
-        rows.append(row)
-    ours = len(rows)
-    for p in paper_rows:
-        acc = [p.accuracy_at(r) for r in radii]
-        rows.append([p.label] + ([repr(p.sigma) if full else f"{p.sigma:.2f}"] if with_sigma else [])
-                    + ["", repr(p.acr) if full else f"{p.acr:.3f}"]
-                    + ["" if a is None else repr(a) if full else f"{a:.1f}" for a in acc]
-                    + [""] * len(extra))
+    rows = [_summary_row(s, radii, with_sigma, fmt, bool(extra)) for s in summaries]
+    rows += [_paper_row(p, radii, with_sigma, full, len(extra)) for p in paper_rows]
 
     notes = [*notes, *(ci_notes(with_ci, fmt.value) if with_ci else [])]
     after = ["", note_lines(notes, fmt)] if notes else []
@@ -183,16 +159,51 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
         writer.writerow(head + extra)
         writer.writerows(rows)
         return "\n".join([buf.getvalue().rstrip("\n"), *after])
-
     if fmt is TableFormat.MARKDOWN:
         align = ["---"] + ["---:"] * (len(head) - 1)
         lines = ["| " + " | ".join(r) + " |" for r in (head, align, *rows)]
         return "\n".join(lines + after)
+    return _latex(rows, len(summaries), radii, with_sigma, after[1:])
 
-    # LaTeX with booktabs; bold the best (displayed) value of each metric column.
+
+def _summary_row(s: FileSummary, radii: List[float], with_sigma: bool, fmt: TableFormat, extra: bool) -> List[str]:
+    """A result file's cells: label, [sigma], examples, ACR, accuracy at each radius (with its bounds
+    for a ``ci`` summary: in the cell, or in CSV as ``extra`` lo/hi/hp columns)."""
+    full = fmt is TableFormat.CSV
+    row = [s.label]
+    if with_sigma:
+        row.append("" if s.sigma is None else repr(s.sigma) if full else f"{s.sigma:.2f}")
+    row += [_examples_cell(s, full), repr(float(s.acr)) if full else f"{s.acr:.3f}"]
+    acc = [None if a is None else as_percent(a, s.num_examples) for a in _accuracy_at(s, radii)]
+    bounds = _bounds_at(s, radii) if s.ci else None
+    undecided = "" if full else UNDECIDED
+    if bounds is not None and not full:
+        row += [undecided if a is None else _ci_cell(a, b, fmt) for a, b in zip(acc, bounds)]
+    else:
+        row += [undecided if a is None else repr(a) if full else f"{a:.1f}" for a in acc]
+    if extra:
+        row += ([("" if b is None or x is None else repr(100.0 * x)) for b in bounds
+                 for x in ((None,) * 3 if b is None else (b.lo, b.hi, b.hp))]
+                if bounds else [""] * (3 * len(radii)))
+    return row
+
+
+def _paper_row(p: "PaperRow", radii: List[float], with_sigma: bool, full: bool, n_extra: int) -> List[str]:
+    """A published row's cells (no examples; blank where the paper has no value)."""
+    acc = [p.accuracy_at(r) for r in radii]
+    return ([p.label] + ([repr(p.sigma) if full else f"{p.sigma:.2f}"] if with_sigma else [])
+            + ["", repr(p.acr) if full else f"{p.acr:.3f}"]
+            + ["" if a is None else repr(a) if full else f"{a:.1f}" for a in acc]
+            + [""] * n_extra)
+
+
+def _latex(rows: List[List[str]], ours: int, radii: List[float], with_sigma: bool, after: List[str]) -> str:
+    """A booktabs tabular; the best (displayed) value of each metric column among our ``ours``
+    first rows in bold."""
+    n_fixed = 3 if with_sigma else 2  # columns before ACR: model, [sigma], examples
     body = [[latex_escape(row[0])] + row[1:] for row in rows]
     if ours > 1:
-        for col in range(n_fixed, len(head)):
+        for col in range(n_fixed, len(rows[0])):
             values = [_cell_value(row[col]) for row in rows[:ours]]
             best = max((v for v in values if v is not None), default=0.0)
             if best > 0 and not math.isnan(best):
@@ -201,21 +212,19 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
                         row[col] = rf"\textbf{{{row[col]}}}"
     n_acc = len(radii)
     first_acc = n_fixed + 2  # 1-based LaTeX column of the first radius
-    cols = "l" + "r" * (len(head) - 1)
-    head_tex = ["model"] + (["$\\sigma$"] if with_sigma else []) + ["examples", "ACR"]
-    head_tex += [_radius_header(r) for r in radii]
+    head = ["model"] + (["$\\sigma$"] if with_sigma else []) + ["examples", "ACR"] + [_radius_header(r) for r in radii]
     lines = [
-        rf"\begin{{tabular}}{{{cols}}}",
+        rf"\begin{{tabular}}{{{'l' + 'r' * (len(head) - 1)}}}",
         r"\toprule",
         " & " * (n_fixed + 1)
         + rf"\multicolumn{{{n_acc}}}{{c}}{{certified accuracy (\%) at $r$}} \\",
         rf"\cmidrule(lr){{{first_acc}-{first_acc + n_acc - 1}}}",
-        " & ".join(head_tex) + r" \\",
+        " & ".join(head) + r" \\",
         r"\midrule",
         *(" & ".join(row) + r" \\" for row in body),
         r"\bottomrule",
         r"\end{tabular}",
-        *after[1:],
+        *after,
     ]
     return "\n".join(lines)
 
