@@ -30,6 +30,7 @@ import datetime
 import errno
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -144,34 +145,51 @@ def compute_targets(
         g = generator(seed, "targets", b, device=dev)
         return smooth.count_votes(x, num_samples, batch_size, generator=g).cpu().numpy()
 
+    job = _Job(n, k, votes, overwrite, progress, log, stop_after_blocks, heartbeat)
     blocks = list(range((n + BLOCK - 1) // BLOCK))
     if shard is None:
-        return _compute(out_path, blocks, n, k, meta, votes, overwrite, progress, log, stop_after_blocks,
-                        heartbeat=heartbeat)
-    shard_meta = {**meta, "shard": list(shard), "num_rows": n}
+        return _compute(out_path, blocks, meta, job)
     share = shard_share(blocks, shard)
     if world.size == 1:
-        return _compute(shard_path(out_path, shard), share, n, k, shard_meta, votes, overwrite, progress, log,
-                        stop_after_blocks, heartbeat=heartbeat)
+        return _compute(shard_path(out_path, shard), share, {**meta, "shard": list(shard), "num_rows": n}, job)
+    return _compute_on_ranks(out_path, share, meta, job, world, dev)
+
+
+@dataclass
+class _Job:
+    """What every part of a targets computation shares: ``n`` training images, ``k`` classes, the
+    vote counts of a block (``votes(b)`` [rows x k]) and how to run."""
+
+    n: int
+    k: int
+    votes: Callable[[int], np.ndarray]
+    overwrite: bool
+    progress: bool
+    log: Callable[[str], None]
+    stop_after_blocks: Optional[int]
+    heartbeat: Optional[float]
+
+
+def _compute_on_ranks(out_path: Path, share: List[int], meta: dict, job: _Job, world, dev) -> Path:
+    """Under torchrun: each rank computes its shard (blocks ``share``), then rank 0 merges them into
+    ``out_path`` (every rank returns once it is there)."""
+    shards = [shard_path(out_path, (r, world.size)) for r in range(world.size)]
     with distributed.process_group(dev, timeout=datetime.timedelta(days=7)):
         distributed.agree(world, {**{f: meta.get(f) for f in _IDENTITY}, "out": str(out_path)})
         old = _read_meta(_meta_path(out_path))
         diff = identity_diff(old, meta, _IDENTITY) if old is not None else []
-        if not overwrite and out_path.exists():  # now, not after every shard is computed
+        if not job.overwrite and out_path.exists():  # now, not after every shard is computed
             if diff:
                 raise RsmoothError(f"{out_path} exists with {diff[0]}={old.get(diff[0])!r}, not "
                                    f"{meta.get(diff[0])!r}; pass --overwrite or choose another --out")
             if old is not None and old.get("complete"):  # rank 0 deletes what a kill in the merge left
                 if world.main:
-                    clean_merged(out_path, TARGETS, [shard_path(out_path, (r, world.size)) for r in range(world.size)],
-                                 log=log)
+                    clean_merged(out_path, TARGETS, shards, log=job.log)
                 return out_path
-        _compute(shard_path(out_path, shard), share, n, k, shard_meta, votes, overwrite, progress, log,
-                 stop_after_blocks, heartbeat=heartbeat)
+        _compute(shards[world.rank], share, {**meta, "shard": [world.rank, world.size], "num_rows": job.n}, job)
         distributed.barrier(world, "the other ranks' shards")
         if world.main:
-            merge_targets(out_path, [shard_path(out_path, (r, world.size)) for r in range(world.size)],
-                          overwrite=overwrite, log=log)
+            merge_targets(out_path, shards, overwrite=job.overwrite, log=job.log)
         distributed.barrier(world, "rank 0's merge")  # every rank returns once OUT is there
     return out_path
 
@@ -186,11 +204,10 @@ def _block_rows(n: int, blocks: Sequence[int]) -> Tuple[List[int], int]:
     return offsets, rows
 
 
-def _compute(out_path: Path, blocks: List[int], n: int, k: int, meta: dict, votes, overwrite: bool,
-             progress: bool, log: Callable[[str], None], stop_after_blocks: Optional[int],
-             heartbeat: Optional[float] = None) -> Path:
-    """Compute ``blocks`` (of the ``n`` training images) into ``out_path``: their rows, in block
+def _compute(out_path: Path, blocks: List[int], meta: dict, job: _Job) -> Path:
+    """Compute ``blocks`` (of the ``job.n`` training images) into ``out_path``: their rows, in block
     order, with partial files for resuming, under ``out_path``'s lock."""
+    n, k, log = job.n, job.k, job.log
     offsets, rows = _block_rows(n, blocks)
     num_samples = meta["num_samples"]
     with run_lock(lock_path(out_path), out_path):
@@ -198,7 +215,7 @@ def _compute(out_path: Path, blocks: List[int], n: int, k: int, meta: dict, vote
         remove_stale_temps(out_path, files.meta, files.partial, files.done)
         old = _read_meta(files.meta)
         diff = identity_diff(old, meta, (*_IDENTITY, "shard")) if old is not None else []
-        if overwrite:
+        if job.overwrite:
             files.remove(out_path)
         elif out_path.exists():
             if old is None or diff:
@@ -209,7 +226,7 @@ def _compute(out_path: Path, blocks: List[int], n: int, k: int, meta: dict, vote
                 log(f"{out_path} is already computed")
                 return out_path
         done = None
-        if old is not None and not overwrite and files.partial.exists() and files.done.exists():
+        if old is not None and not job.overwrite and files.partial.exists() and files.done.exists():
             if diff:
                 raise RsmoothError(f"{files.partial} was started with {diff[0]}={old.get(diff[0])!r}, not "
                                    f"{meta.get(diff[0])!r}; delete {files.partial} and {files.done} to start over")
@@ -224,14 +241,14 @@ def _compute(out_path: Path, blocks: List[int], n: int, k: int, meta: dict, vote
             done = files.create(rows, k, len(blocks))
         todo = [j for j in range(len(done)) if not done[j]]
         left = sum(min(BLOCK, n - blocks[j] * BLOCK) for j in todo)
-        bar = progress_bar(total=rows, initial=rows - left, desc="targets", enabled=progress)
+        bar = progress_bar(total=rows, initial=rows - left, desc="targets", enabled=job.progress)
         desc = "targets" if meta.get("shard") is None else f"targets (shard {meta['shard'][0]}/{meta['shard'][1]})"
-        beat = Heartbeat(rows, desc=desc, unit="images", done=rows - left, interval=heartbeat, enabled=progress,
-                         log=log)
+        beat = Heartbeat(rows, desc=desc, unit="images", done=rows - left, interval=job.heartbeat,
+                         enabled=job.progress, log=log)
         for i, j in enumerate(todo):
-            if stop_after_blocks is not None and i >= stop_after_blocks:
+            if job.stop_after_blocks is not None and i >= job.stop_after_blocks:
                 return out_path
-            counts = votes(blocks[j])
+            counts = job.votes(blocks[j])
             files.write_rows(offsets[j], counts)
             done[j] = 1
             files.write_done(done)
