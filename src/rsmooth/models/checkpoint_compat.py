@@ -144,7 +144,6 @@ def load_weights(model: nn.Module, obj: Any, dataset: str, *,
             or its normalisation differs from the dataset's (or from ``normalization``;
             the error then names the --mean/--std the file stores).
     """
-    stats = dataset_stats(dataset)
     arch = getattr(model, "arch", type(model).__name__)
     _, ckpt_arch = _unwrap(obj)
     state, names, indexed = _canonical(obj, None)
@@ -153,7 +152,26 @@ def load_weights(model: nn.Module, obj: Any, dataset: str, *,
     if not net_keys <= set(state):  # the bare keys of a net that is itself a Sequential (0.weight, ...)
         bare = _canonical(obj, indexed=False)
         state, names, indexed = bare if net_keys <= set(bare[0]) else (state, names, indexed)
+    _check_normalization(model, state, dataset, normalization)
+    # normalisation is fixed by the dataset: compared above, never required from the checkpoint
+    target = {k: v for k, v in target.items() if not k.startswith("0.")}
+    state = {k: v for k, v in state.items() if not k.startswith("0.")}
+    _check_architecture(state, target, names, indexed, f"{arch!r} for {dataset}"
+                        + (f" (the checkpoint says arch {ckpt_arch!r})" if ckpt_arch else ""))
+    ints = [f"{names[k]} ({state[k].dtype})" for k in target
+            if target[k].is_floating_point() and not state[k].is_floating_point()]
+    check(not ints, f"the checkpoint holds non-floating-point weights where {arch!r} has floating-point "
+                    f"ones: {_fmt(ints, 2)}; it is not a trained model's weights (a quantised or damaged "
+                    f"file?): save them as float32")
+    model.load_state_dict(state, strict=False)
+    return model
 
+def _check_normalization(model: nn.Module, state: Mapping[str, torch.Tensor], dataset: str,
+                         normalization: Optional[Tuple[Any, Any]]) -> None:
+    """The model's Normalize is the dataset's (or ``normalization``), and the checkpoint's mean/std
+    buffers, where it has them, equal it: a checkpoint of another dataset is refused."""
+    arch = getattr(model, "arch", type(model).__name__)
+    stats = dataset_stats(dataset)
     norm = model[0] if isinstance(model, nn.Sequential) and len(model) == 2 else None
     check(isinstance(norm, Normalize), "load_weights expects a model from create_model(arch, "
                                        f"dataset): Sequential(Normalize, net), got {arch!r}")
@@ -165,6 +183,7 @@ def load_weights(model: nn.Module, obj: Any, dataset: str, *,
         e.shape == a.shape and torch.allclose(e, a, atol=1e-6) for e, a in zip(expected, actual)))
     check(same, f"the model's normalisation does not match dataset {dataset!r}; "
                 f"create it with create_model(arch, {dataset!r})")
+    target = model.state_dict()
     # normalization given: a module:factory model or --mean/--std, so the fix is --mean/--std
     fix = (f"pass the checkpoint's --mean/--std ({_norm_flags(state)})" if normalization is not None
            else "was it trained on another dataset?")
@@ -185,32 +204,20 @@ def load_weights(model: nn.Module, obj: Any, dataset: str, *,
             raise RsmoothError(
                 f"the checkpoint's normalisation {name} {theirs.flatten().tolist()} differs from "
                 f"{given} {ours.flatten().tolist()}; {fix}")
-    # normalisation is fixed by the dataset: compared above, never required from the checkpoint
-    target = {k: v for k, v in target.items() if not k.startswith("0.")}
-    state = {k: v for k, v in state.items() if not k.startswith("0.")}
 
+
+def _check_architecture(state: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor],
+                        names: Mapping[str, str], indexed: bool, what: str) -> None:
+    """The checkpoint's net keys and shapes are the model's (``what``: the model, for the message);
+    a few offending keys are named as the file names them."""
     # keys named as the file names them: its own, or the model's in the file's convention (a file
     # of bare net keys never sees the "1." that rsmooth's Sequential(Normalize, net) adds)
     missing = [k if indexed else k[2:] for k in target if k not in state and not k.endswith("num_batches_tracked")]
     unexpected = [names[k] for k in state if k not in target]
     shapes = [f"{names[k]}: checkpoint {tuple(state[k].shape)} vs model {tuple(target[k].shape)}"
               for k in target if k in state and state[k].shape != target[k].shape]
-    if missing or unexpected or shapes:
-        problems = []
-        if missing:
-            problems.append(f"missing keys {_fmt(missing)}")
-        if unexpected:
-            problems.append(f"unexpected keys {_fmt(unexpected)}")
-        if shapes:
-            problems.append(f"shape mismatch {_fmt(shapes, 2)}")
-        said = f" (the checkpoint says arch {ckpt_arch!r})" if ckpt_arch else ""
-        raise RsmoothError(
-            f"the checkpoint's architecture does not match {arch!r} for {dataset}{said}: "
-            + "; ".join(problems))
-    ints = [f"{names[k]} ({state[k].dtype})" for k in target
-            if target[k].is_floating_point() and not state[k].is_floating_point()]
-    check(not ints, f"the checkpoint holds non-floating-point weights where {arch!r} has floating-point "
-                    f"ones: {_fmt(ints, 2)}; it is not a trained model's weights (a quantised or damaged "
-                    f"file?): save them as float32")
-    model.load_state_dict(state, strict=False)
-    return model
+    problems = ([f"missing keys {_fmt(missing)}"] if missing else []) \
+        + ([f"unexpected keys {_fmt(unexpected)}"] if unexpected else []) \
+        + ([f"shape mismatch {_fmt(shapes, 2)}"] if shapes else [])
+    check(not problems, f"the checkpoint's architecture does not match {what}: " + "; ".join(problems))
+
