@@ -359,51 +359,13 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
         smooth = rsmooth.Smooth(loaded.model, loaded.num_classes, loaded.sigma)
         ```
     """
-    from ..models import MODEL_OPTIONS, arch_ref
-
     check_arch_kwargs(arch_kwargs)
     ckpt = read_checkpoint(path, trust_pickle=trust_pickle)
     p = resolve_checkpoint_path(path)
     given = {"arch_kwargs": arch_kwargs, "mean": mean, "std": std, "num_classes": num_classes}
     given = {k: v for k, v in given.items() if v is not None}
     if ckpt.get("format") == FORMAT:
-        missing = [k for k in _REQUIRED if not isinstance(ckpt.get(k), _REQUIRED[k])]
-        if missing:
-            raise RsmoothError(f"checkpoint {p} is an rsmooth checkpoint without a valid {missing[0]!r} "
-                               f"(it has keys {', '.join(map(repr, sorted(ckpt)[:10]))}); it was edited or "
-                               f"damaged: restore it from a copy or retrain")
-        if isinstance(ckpt.get("classifier"), Mapping):
-            check(arch is None or arch == ckpt["arch"],
-                  f"checkpoint {p} is a denoiser run: it rebuilds its denoiser ({ckpt['arch']}) and the classifier "
-                  f"it records, so --arch {arch} would be ignored; drop --arch")
-            return _load_denoised(p, ckpt, dataset, trust_pickle, named=arch is not None and arch == ckpt["arch"],
-                                  trust_code=trust_code)
-        ck_arch, ck_data = ckpt["arch"], ckpt["dataset"]
-        if arch is not None and ck_arch not in (arch, arch_ref(arch)):
-            raise RsmoothError(f"checkpoint {p} holds a {ck_arch} model, not {arch}; "
-                               f"drop --arch or pass --arch {ck_arch}")
-        config = ckpt.get("config") if isinstance(ckpt.get("config"), Mapping) else {}
-        options = {k: config.get(k) for k in MODEL_OPTIONS}
-        options["num_classes"] = ckpt["num_classes"]
-        for key, value in given.items():
-            recorded = options[key]
-            if (list(value) if isinstance(value, (tuple, list)) else value) != recorded:
-                raise RsmoothError(f"checkpoint {p} records {key} {recorded!r}, not {value!r}; drop "
-                                   f"--{key.replace('_', '-')} (a run folder knows how to rebuild its model)")
-        if dataset is not None and dataset != ck_data:
-            info_ck = ckpt.get("num_classes"), ckpt.get("input_shape")
-            from ..data import dataset_info
-
-            info = dataset_info(dataset)
-            if (info.num_classes, list(info.input_shape)) != (info_ck[0], list(info_ck[1] or [])):
-                raise RsmoothError(f"checkpoint {p} was trained on {ck_data} "
-                                   f"({info_ck[0]} classes, input {tuple(info_ck[1] or ())}), which does not "
-                                   f"match {dataset} ({info.num_classes} classes, input {info.input_shape})")
-        data_name = dataset or ck_data
-        check_recorded_arch(ck_arch, f"checkpoint {p}", trust_code=trust_code or arch is not None)
-        model = _build(p, ck_arch, ck_data, ckpt["state_dict"], options, named=arch is not None)
-        return LoadedModel(model, ck_arch, data_name, int(ckpt["num_classes"]), ckpt.get("sigma"), p,
-                           {k: ckpt.get(k) for k in ("epoch", "method", "seed", "config", "rsmooth_version")})
+        return _load_own(p, ckpt, dataset, arch, given, trust_pickle, trust_code)
     # a public codebase's checkpoint, one saved by any script, or a .safetensors file (whose
     # metadata may name the dataset and arch)
     if dataset is None and isinstance(ckpt.get("dataset"), str):
@@ -417,3 +379,48 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
     model = _build(p, name, dataset, ckpt, given, named=arch is not None, hint=hint)
     return LoadedModel(model, name, dataset, num_classes or dataset_info(dataset).num_classes, None, p,
                        {"epoch": ckpt.get("epoch"), "public_arch": ckpt.get("arch")})
+
+
+def _load_own(p: Path, ckpt: Dict[str, Any], dataset: Optional[str], arch: Optional[str], given: Dict[str, Any],
+              trust_pickle: bool, trust_code: bool) -> "LoadedModel":
+    """load_model of an rsmooth checkpoint: what it records rebuilds the model; ``dataset``, ``arch``
+    and the ``given`` model options must agree with it."""
+    from ..models import MODEL_OPTIONS, arch_ref
+
+    missing = [k for k in _REQUIRED if not isinstance(ckpt.get(k), _REQUIRED[k])]
+    if missing:
+        raise RsmoothError(f"checkpoint {p} is an rsmooth checkpoint without a valid {missing[0]!r} "
+                           f"(it has keys {', '.join(map(repr, sorted(ckpt)[:10]))}); it was edited or "
+                           f"damaged: restore it from a copy or retrain")
+    if isinstance(ckpt.get("classifier"), Mapping):
+        check(arch is None or arch == ckpt["arch"],
+              f"checkpoint {p} is a denoiser run: it rebuilds its denoiser ({ckpt['arch']}) and the classifier "
+              f"it records, so --arch {arch} would be ignored; drop --arch")
+        return _load_denoised(p, ckpt, dataset, trust_pickle, named=arch is not None and arch == ckpt["arch"],
+                              trust_code=trust_code)
+    ck_arch, ck_data = ckpt["arch"], ckpt["dataset"]
+    if arch is not None and ck_arch not in (arch, arch_ref(arch)):
+        raise RsmoothError(f"checkpoint {p} holds a {ck_arch} model, not {arch}; "
+                           f"drop --arch or pass --arch {ck_arch}")
+    config = ckpt.get("config") if isinstance(ckpt.get("config"), Mapping) else {}
+    options = {k: config.get(k) for k in MODEL_OPTIONS}
+    options["num_classes"] = ckpt["num_classes"]
+    for key, value in given.items():
+        recorded = options[key]
+        if (list(value) if isinstance(value, (tuple, list)) else value) != recorded:
+            raise RsmoothError(f"checkpoint {p} records {key} {recorded!r}, not {value!r}; drop "
+                               f"--{key.replace('_', '-')} (a run folder knows how to rebuild its model)")
+    if dataset is not None and dataset != ck_data:
+        info_ck = ckpt.get("num_classes"), ckpt.get("input_shape")
+        from ..data import dataset_info
+
+        info = dataset_info(dataset)
+        if (info.num_classes, list(info.input_shape)) != (info_ck[0], list(info_ck[1] or [])):
+            raise RsmoothError(f"checkpoint {p} was trained on {ck_data} "
+                               f"({info_ck[0]} classes, input {tuple(info_ck[1] or ())}), which does not "
+                               f"match {dataset} ({info.num_classes} classes, input {info.input_shape})")
+    data_name = dataset or ck_data
+    check_recorded_arch(ck_arch, f"checkpoint {p}", trust_code=trust_code or arch is not None)
+    model = _build(p, ck_arch, ck_data, ckpt["state_dict"], options, named=arch is not None)
+    return LoadedModel(model, ck_arch, data_name, int(ckpt["num_classes"]), ckpt.get("sigma"), p,
+                       {k: ckpt.get(k) for k in ("epoch", "method", "seed", "config", "rsmooth_version")})
