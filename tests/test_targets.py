@@ -1,4 +1,6 @@
 """CAT-RS consistency targets: frequencies, order, refusal of mismatching files, resume."""
+import dataclasses
+import inspect
 import json
 
 import numpy as np
@@ -9,7 +11,7 @@ from rsmooth import RsmoothError
 from rsmooth.cli import main
 from rsmooth.data import get_dataset
 from rsmooth.engine import TrainConfig, load_model, train
-from rsmooth.engine.targets import compute_targets, load_targets
+from rsmooth.engine.targets import TargetsJob, compute_targets, load_targets
 
 QUIET = dict(progress=False, log=lambda s: None)
 
@@ -22,6 +24,22 @@ def ckpt(tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_compute_targets_takes_exactly_the_job_fields():
+    params = inspect.signature(compute_targets).parameters
+    fields = {f.name: f.default for f in dataclasses.fields(TargetsJob)}
+    assert list(params) == list(fields)
+    assert {k: (p.default if p.default is not p.empty else dataclasses.MISSING) for k, p in params.items()} == fields
+
+
+def test_targets_job_checks_and_normalises_once():
+    job = TargetsJob("ck", "t.npy", num_samples=1e3, shard="1/2", seed=3.0)
+    assert (job.num_samples, job.shard, job.seed, job.batch_size) == (1000, (1, 2), 3, 256)
+    for bad, msg in ((dict(num_samples=0), "num_samples must be >= 1, got 0"),
+                     (dict(batch_size=-1), "batch_size must be >= 1, got -1"), (dict(shard="2/2"), "shard")):
+        with pytest.raises(RsmoothError, match=msg):
+            dataclasses.replace(job, **bad)
+
+
 def test_rows_are_frequencies_in_dataset_order(ckpt, tmp_path):
     # a negligible sigma makes every row the one-hot clean prediction of that image
     p = compute_targets(str(ckpt), str(tmp_path / "t.npy"), num_samples=20, sigma=1e-6,

@@ -42,7 +42,7 @@ from ..fileio import atomic_write, atomic_write_bytes, naming, open_nofollow, re
 from ..metrics import read_sidecar
 from ..paths import check_output_file
 from ..progress import Heartbeat, heartbeat_interval, progress_bar
-from ..smoothing import Smooth, validate_count, validate_sigma
+from ..smoothing import DEFAULT_BATCH_SIZE, Smooth, validate_count, validate_sigma
 from .checkpoint import file_sha256, resolve_checkpoint_path, resolve_device, load_model, versions
 from . import distributed
 from .seeding import generator, validate_seed
@@ -109,54 +109,99 @@ def compute_targets(
             the same examples).
         heartbeat: seconds between progress lines where no bar is drawn (a log file); default
             ``$RSMOOTH_HEARTBEAT`` or 60, 0 for none (:class:`~rsmooth.progress.Heartbeat`).
+
+    The keywords are the fields of :class:`TargetsJob`: this is ``TargetsJob(...).run()``.
     """
-    from ..data import get_dataset
-    from ..smoothing import DEFAULT_BATCH_SIZE
+    return TargetsJob(**locals()).run()  # locals(): exactly the arguments, at the first line
 
-    num_samples = validate_count("num_samples", num_samples)
-    batch_size = validate_count("batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size)
-    seed = validate_seed(seed)
-    heartbeat = heartbeat_interval(heartbeat)
-    shard = None if shard is None else parse_shard(shard)
-    world, shard = distributed.rank_shard(shard, "computes")
-    if not world.main:
-        progress, log = False, distributed.quiet
-    check_output_file(out, inputs=[resolve_checkpoint_path(checkpoint)])
-    loaded = load_model(checkpoint, dataset=dataset, trust_pickle=trust_pickle, trust_code=trust_code,
-                        **(model_options or {}))
-    check(sigma is not None or loaded.sigma is not None,
-          f"checkpoint {loaded.path} does not record sigma; pass --sigma (0.25 in the papers)")
-    sigma = validate_sigma(sigma if sigma is not None else loaded.sigma)
-    dev = distributed.rank_device(resolve_device(device), world)
-    data = get_dataset(loaded.dataset, "train", data_dir=data_dir, subset=train_subset)
-    smooth = Smooth(loaded.model.to(dev), loaded.num_classes, sigma, precision=precision,
-                    channels_last=channels_last)
-    out_path = Path(out)
-    meta = {"kind": TARGETS_KIND, "dataset": loaded.dataset, "split": "train",
-            "data_fingerprint": data.fingerprint(), "checkpoint": str(loaded.path),
-            "checkpoint_sha256": file_sha256(loaded.path), "arch": loaded.arch, "sigma": sigma,
-            "num_samples": num_samples, "augment": bool(augment), "seed": seed,
-            "num_classes": loaded.num_classes, **smooth.mode(), "versions": versions()}
-    n, k = len(data), loaded.num_classes
 
-    def votes(b: int) -> np.ndarray:
-        idx = torch.arange(b * BLOCK, min((b + 1) * BLOCK, n))
-        x, _ = data.get_batch(idx, augment=augment, generator=generator(seed, "targets-augment", b))
-        g = generator(seed, "targets", b, device=dev)
-        return smooth.count_votes(x, num_samples, batch_size, generator=g).cpu().numpy()
+@dataclass(frozen=True)
+class TargetsJob:
+    """Every setting of one targets computation: the keywords of :func:`compute_targets` (which says
+    what each does), checked and normalised when the job is made.  :meth:`run` computes (or
+    continues) it."""
 
-    job = _Job(n, k, votes, overwrite, progress, log, stop_after_blocks, heartbeat)
-    blocks = list(range((n + BLOCK - 1) // BLOCK))
-    if shard is None:
-        return _compute(out_path, blocks, meta, job)
-    share = shard_share(blocks, shard)
-    if world.size == 1:
-        return _compute(shard_path(out_path, shard), share, {**meta, "shard": list(shard), "num_rows": n}, job)
-    return _compute_on_ranks(out_path, share, meta, job, world, dev)
+    checkpoint: str  # a Gaussian-trained model: checkpoint file or run folder
+    out: str  # the .npy; OUT.json beside it
+    dataset: Optional[str] = None  # default: the checkpoint's
+    num_samples: int = 10_000  # noises per training image
+    sigma: Optional[float] = None  # default: the checkpoint's
+    batch_size: Optional[int] = None  # noisy inputs per forward pass; None: DEFAULT_BATCH_SIZE
+    augment: bool = True  # the training augmentation, drawn once per image (the authors' targets)
+    seed: int = 0
+    precision: str = "fp32"
+    channels_last: bool = False
+    data_dir: Optional[str] = None
+    device: Optional[str] = None
+    progress: bool = True
+    log: Callable[[str], None] = print
+    stop_after_blocks: Optional[int] = None  # stop as if killed (tests)
+    overwrite: bool = False
+    shard: Optional[Union[str, Sequence[int]]] = None  # "I/K" or (I, K): blocks b % K == I
+    trust_pickle: bool = False
+    trust_code: bool = False
+    model_options: Optional[Dict[str, Any]] = None  # arch, arch_kwargs, mean, std, num_classes
+    train_subset: Optional[int] = None
+    heartbeat: Optional[float] = None  # seconds between progress lines where no bar is drawn
+
+    def __post_init__(self) -> None:
+        batch_size = DEFAULT_BATCH_SIZE if self.batch_size is None else self.batch_size
+        for key, value in {"num_samples": validate_count("num_samples", self.num_samples),
+                           "batch_size": validate_count("batch_size", batch_size),
+                           "seed": validate_seed(self.seed), "heartbeat": heartbeat_interval(self.heartbeat),
+                           "shard": None if self.shard is None else parse_shard(self.shard)}.items():
+            object.__setattr__(self, key, value)
+
+    def run(self) -> Path:
+        """Compute the targets into ``out`` (continuing what a killed run left); its path."""
+        world, shard = distributed.rank_shard(self.shard, "computes")
+        progress, log = (self.progress, self.log) if world.main else (False, distributed.quiet)
+        check_output_file(self.out, inputs=[resolve_checkpoint_path(self.checkpoint)])
+        meta, votes, dev = self._resolve(world)
+        n = meta.pop("num_rows")
+        work = _Work(n, meta["num_classes"], votes, self.overwrite, progress, log, self.stop_after_blocks,
+                     self.heartbeat)
+        out_path = Path(self.out)
+        blocks = list(range((n + BLOCK - 1) // BLOCK))
+        if shard is None:
+            return _compute(out_path, blocks, meta, work)
+        share = shard_share(blocks, shard)
+        if world.size == 1:
+            return _compute(shard_path(out_path, shard), share, {**meta, "shard": list(shard), "num_rows": n}, work)
+        return _compute_on_ranks(out_path, share, meta, work, world, dev)
+
+    def _resolve(self, world) -> Tuple[Dict[str, Any], Callable[[int], np.ndarray], "torch.device"]:
+        """(the identity metadata, plus ``num_rows``: the training images; the vote counts of a
+        block; this rank's device): the model loaded, sigma and the data resolved."""
+        from ..data import get_dataset
+
+        loaded = load_model(self.checkpoint, dataset=self.dataset, trust_pickle=self.trust_pickle,
+                            trust_code=self.trust_code, **(self.model_options or {}))
+        check(self.sigma is not None or loaded.sigma is not None,
+              f"checkpoint {loaded.path} does not record sigma; pass --sigma (0.25 in the papers)")
+        sigma = validate_sigma(self.sigma if self.sigma is not None else loaded.sigma)
+        dev = distributed.rank_device(resolve_device(self.device), world)
+        data = get_dataset(loaded.dataset, "train", data_dir=self.data_dir, subset=self.train_subset)
+        smooth = Smooth(loaded.model.to(dev), loaded.num_classes, sigma, precision=self.precision,
+                        channels_last=self.channels_last)
+        meta = {"kind": TARGETS_KIND, "dataset": loaded.dataset, "split": "train",
+                "data_fingerprint": data.fingerprint(), "checkpoint": str(loaded.path),
+                "checkpoint_sha256": file_sha256(loaded.path), "arch": loaded.arch, "sigma": sigma,
+                "num_samples": self.num_samples, "augment": bool(self.augment), "seed": self.seed,
+                "num_classes": loaded.num_classes, **smooth.mode(), "versions": versions()}
+        n, seed = len(data), self.seed
+
+        def votes(b: int) -> np.ndarray:
+            idx = torch.arange(b * BLOCK, min((b + 1) * BLOCK, n))
+            x, _ = data.get_batch(idx, augment=self.augment, generator=generator(seed, "targets-augment", b))
+            g = generator(seed, "targets", b, device=dev)
+            return smooth.count_votes(x, self.num_samples, self.batch_size, generator=g).cpu().numpy()
+
+        return {**meta, "num_rows": n}, votes, dev
 
 
 @dataclass
-class _Job:
+class _Work:
     """What every part of a targets computation shares: ``n`` training images, ``k`` classes, the
     vote counts of a block (``votes(b)`` [rows x k]) and how to run."""
 
@@ -170,7 +215,7 @@ class _Job:
     heartbeat: Optional[float]
 
 
-def _compute_on_ranks(out_path: Path, share: List[int], meta: dict, job: _Job, world, dev) -> Path:
+def _compute_on_ranks(out_path: Path, share: List[int], meta: dict, work: _Work, world, dev) -> Path:
     """Under torchrun: each rank computes its shard (blocks ``share``), then rank 0 merges them into
     ``out_path`` (every rank returns once it is there)."""
     shards = [shard_path(out_path, (r, world.size)) for r in range(world.size)]
@@ -178,18 +223,18 @@ def _compute_on_ranks(out_path: Path, share: List[int], meta: dict, job: _Job, w
         distributed.agree(world, {**{f: meta.get(f) for f in _IDENTITY}, "out": str(out_path)})
         old = _read_meta(_meta_path(out_path))
         diff = identity_diff(old, meta, _IDENTITY) if old is not None else []
-        if not job.overwrite and out_path.exists():  # now, not after every shard is computed
+        if not work.overwrite and out_path.exists():  # now, not after every shard is computed
             if diff:
                 raise RsmoothError(f"{out_path} exists with {diff[0]}={old.get(diff[0])!r}, not "
                                    f"{meta.get(diff[0])!r}; pass --overwrite or choose another --out")
             if old is not None and old.get("complete"):  # rank 0 deletes what a kill in the merge left
                 if world.main:
-                    clean_merged(out_path, TARGETS, shards, log=job.log)
+                    clean_merged(out_path, TARGETS, shards, log=work.log)
                 return out_path
-        _compute(shards[world.rank], share, {**meta, "shard": [world.rank, world.size], "num_rows": job.n}, job)
+        _compute(shards[world.rank], share, {**meta, "shard": [world.rank, world.size], "num_rows": work.n}, work)
         distributed.barrier(world, "the other ranks' shards")
         if world.main:
-            merge_targets(out_path, shards, overwrite=job.overwrite, log=job.log)
+            merge_targets(out_path, shards, overwrite=work.overwrite, log=work.log)
         distributed.barrier(world, "rank 0's merge")  # every rank returns once OUT is there
     return out_path
 
@@ -204,10 +249,10 @@ def _block_rows(n: int, blocks: Sequence[int]) -> Tuple[List[int], int]:
     return offsets, rows
 
 
-def _compute(out_path: Path, blocks: List[int], meta: dict, job: _Job) -> Path:
-    """Compute ``blocks`` (of the ``job.n`` training images) into ``out_path``: their rows, in block
+def _compute(out_path: Path, blocks: List[int], meta: dict, work: _Work) -> Path:
+    """Compute ``blocks`` (of the ``work.n`` training images) into ``out_path``: their rows, in block
     order, with partial files for resuming, under ``out_path``'s lock."""
-    n, k, log = job.n, job.k, job.log
+    n, k, log = work.n, work.k, work.log
     offsets, rows = _block_rows(n, blocks)
     num_samples = meta["num_samples"]
     with run_lock(lock_path(out_path), out_path):
@@ -215,7 +260,7 @@ def _compute(out_path: Path, blocks: List[int], meta: dict, job: _Job) -> Path:
         remove_stale_temps(out_path, files.meta, files.partial, files.done)
         old = _read_meta(files.meta)
         diff = identity_diff(old, meta, (*_IDENTITY, "shard")) if old is not None else []
-        if job.overwrite:
+        if work.overwrite:
             files.remove(out_path)
         elif out_path.exists():
             if old is None or diff:
@@ -226,7 +271,7 @@ def _compute(out_path: Path, blocks: List[int], meta: dict, job: _Job) -> Path:
                 log(f"{out_path} is already computed")
                 return out_path
         done = None
-        if old is not None and not job.overwrite and files.partial.exists() and files.done.exists():
+        if old is not None and not work.overwrite and files.partial.exists() and files.done.exists():
             if diff:
                 raise RsmoothError(f"{files.partial} was started with {diff[0]}={old.get(diff[0])!r}, not "
                                    f"{meta.get(diff[0])!r}; delete {files.partial} and {files.done} to start over")
@@ -241,14 +286,14 @@ def _compute(out_path: Path, blocks: List[int], meta: dict, job: _Job) -> Path:
             done = files.create(rows, k, len(blocks))
         todo = [j for j in range(len(done)) if not done[j]]
         left = sum(min(BLOCK, n - blocks[j] * BLOCK) for j in todo)
-        bar = progress_bar(total=rows, initial=rows - left, desc="targets", enabled=job.progress)
+        bar = progress_bar(total=rows, initial=rows - left, desc="targets", enabled=work.progress)
         desc = "targets" if meta.get("shard") is None else f"targets (shard {meta['shard'][0]}/{meta['shard'][1]})"
-        beat = Heartbeat(rows, desc=desc, unit="images", done=rows - left, interval=job.heartbeat,
-                         enabled=job.progress, log=log)
+        beat = Heartbeat(rows, desc=desc, unit="images", done=rows - left, interval=work.heartbeat,
+                         enabled=work.progress, log=log)
         for i, j in enumerate(todo):
-            if job.stop_after_blocks is not None and i >= job.stop_after_blocks:
+            if work.stop_after_blocks is not None and i >= work.stop_after_blocks:
                 return out_path
-            counts = job.votes(blocks[j])
+            counts = work.votes(blocks[j])
             files.write_rows(offsets[j], counts)
             done[j] = 1
             files.write_done(done)
