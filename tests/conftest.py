@@ -57,6 +57,18 @@ def check_resume(tmp_path):
     return run
 
 
+def assert_keywords_are_fields(fn, job_class) -> None:
+    """``fn``'s parameters are exactly ``job_class``'s dataclass fields, in order, with the same
+    defaults (``fn(**kw)`` is ``job_class(**kw).run()``)."""
+    import dataclasses
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    fields = {f.name: f.default for f in dataclasses.fields(job_class)}
+    assert list(params) == list(fields)
+    assert {k: (p.default if p.default is not p.empty else dataclasses.MISSING) for k, p in params.items()} == fields
+
+
 def pytest_configure(config):
     """Ctrl-C raises KeyboardInterrupt in the tests, as in a terminal, even where the suite was
     started in the background of a shell script (which starts it with SIGINT ignored); the

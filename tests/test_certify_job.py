@@ -1,12 +1,12 @@
 """Certification as a job (issue 22): CertifyJob checks every setting once, run_certification is
 CertifyJob(...).run(), and the callers that certify many times build one job."""
 import dataclasses
-import inspect
 import time
 
 import pytest
 import torch
 
+from conftest import assert_keywords_are_fields
 from rsmooth import RsmoothError
 from rsmooth.engine import CertifyJob, certify_corruptions, run_certification
 from rsmooth.engine.pipeline import run_pipeline
@@ -29,10 +29,7 @@ MODEL = dict(dataset="digits", sigma=0.25, model_options={"arch": "digits_cnn"})
 
 
 def test_run_certification_takes_exactly_the_job_fields():
-    params = inspect.signature(run_certification).parameters
-    fields = {f.name: f.default for f in dataclasses.fields(CertifyJob)}
-    assert list(params) == list(fields)
-    assert {k: (p.default if p.default is not p.empty else dataclasses.MISSING) for k, p in params.items()} == fields
+    assert_keywords_are_fields(run_certification, CertifyJob)
 
 
 def test_job_checks_and_normalises_once():

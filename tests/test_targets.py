@@ -1,12 +1,12 @@
 """CAT-RS consistency targets: frequencies, order, refusal of mismatching files, resume."""
 import dataclasses
-import inspect
 import json
 
 import numpy as np
 import pytest
 import torch
 
+from conftest import assert_keywords_are_fields
 from rsmooth import RsmoothError
 from rsmooth.cli import main
 from rsmooth.data import get_dataset
@@ -25,10 +25,7 @@ def ckpt(tmp_path_factory):
 
 @pytest.mark.slow
 def test_compute_targets_takes_exactly_the_job_fields():
-    params = inspect.signature(compute_targets).parameters
-    fields = {f.name: f.default for f in dataclasses.fields(TargetsJob)}
-    assert list(params) == list(fields)
-    assert {k: (p.default if p.default is not p.empty else dataclasses.MISSING) for k, p in params.items()} == fields
+    assert_keywords_are_fields(compute_targets, TargetsJob)
 
 
 def test_targets_job_checks_and_normalises_once():
