@@ -90,8 +90,12 @@ def compute_targets(
     Args:
         checkpoint: a Gaussian-trained model (rsmooth or public checkpoint).
         out: output ``.npy`` path.
-        dataset: default the checkpoint's; sigma: default the checkpoint's (0.25 in papers).
-        num_samples: N noises per image (10,000 in Jeong et al. 2023; 500 for ImageNet).
+        dataset: default the checkpoint's.
+        num_samples: N noises per image (10,000 in CAT-RS, Jeong, Kim, Shin 2023, arXiv
+            2212.09000, App. C.5; 500 for ImageNet).
+        sigma: the noise of the smoothed predictions, in [0, 1] pixel units; default the
+            checkpoint's (0.25 in the papers).
+        batch_size: noisy inputs per forward pass (default 256).
         augment: targets on augmented training images, drawn once (reference) or not.
         stop_after_blocks: stop as if killed after this many blocks (tests).
         overwrite: recompute even if ``out`` exists (otherwise a finished file with the same
