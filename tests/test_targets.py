@@ -32,7 +32,8 @@ def test_targets_job_checks_and_normalises_once():
     job = TargetsJob("ck", "t.npy", num_samples=1e3, shard="1/2", seed=3.0)
     assert (job.num_samples, job.shard, job.seed, job.batch_size) == (1000, (1, 2), 3, 256)
     for bad, msg in ((dict(num_samples=0), "num_samples must be >= 1, got 0"),
-                     (dict(batch_size=-1), "batch_size must be >= 1, got -1"), (dict(shard="2/2"), "shard")):
+                     (dict(batch_size=-1), "batch_size must be >= 1, got -1"), (dict(shard="2/2"), "shard"),
+                     (dict(sigma=0.0), "sigma must be > 0")):
         with pytest.raises(RsmoothError, match=msg):
             dataclasses.replace(job, **bad)
 

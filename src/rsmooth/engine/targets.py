@@ -152,6 +152,7 @@ class TargetsJob:
         batch_size = DEFAULT_BATCH_SIZE if self.batch_size is None else self.batch_size
         for key, value in {"num_samples": validate_count("num_samples", self.num_samples),
                            "batch_size": validate_count("batch_size", batch_size),
+                           "sigma": None if self.sigma is None else validate_sigma(self.sigma),
                            "seed": validate_seed(self.seed), "heartbeat": heartbeat_interval(self.heartbeat),
                            "shard": None if self.shard is None else parse_shard(self.shard)}.items():
             object.__setattr__(self, key, value)
