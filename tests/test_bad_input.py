@@ -307,6 +307,7 @@ def test_overwrite_replaces_only_a_certify_tsv(ckpt, tmp_path):
     (dict(sigma=1e300), "sigma must be <= 10"),
     (dict(n=0), "n must be >= 1"),
     (dict(n0=None), "n0 must be an integer"),
+    (dict(n=50), "--n 50 is below --n0 100: the n0 samples only pick the class"),
     (dict(skip=0), "skip must be >= 1"),
     (dict(max=0), "max must be >= 1"),
     (dict(seed=2 ** 80), "--seed must be at most"),
@@ -374,6 +375,7 @@ X = torch.rand(1, 4, 4)
     (lambda: Smooth(Width10(), 1, 0.25), "num_classes must be >= 2"),
     (lambda: Smooth(Width10(), 10, 0.25).certify(X, None, 100, 0.001, 10), "n0 must be an integer, got None"),
     (lambda: Smooth(Width10(), 10, 0.25).certify(X, 10, None, 0.001, 10), "n must be an integer, got None"),
+    (lambda: Smooth(Width10(), 10, 0.25).certify(X, 100, 50, 0.001, 10), r"n \(50\) is below n0 \(100\)"),
     (lambda: Smooth(Width10(), 10, 0.25).certify(X, 10, 100, 0.001, None), "batch_size must be an integer"),
     (lambda: Smooth(Width10(), 10, 0.25).count_votes(X[None], None, 10), "num must be an integer"),
     (lambda: Smooth(Width10(), 10, 0.25).predict(X, True, 0.001, 10), "n must be an integer, got True"),
@@ -459,7 +461,7 @@ def test_max_certifiable_radius_matches_scipy(n, alpha, sigma):
 ])
 def test_small_n_warns_with_the_largest_radius(ckpt, tmp_path, n, expected):
     lines = []
-    _certify(ckpt, tmp_path / "c.tsv", n=n, max=1, log=lines.append, progress=False)
+    _certify(ckpt, tmp_path / "c.tsv", n0=min(n, 10), n=n, max=1, log=lines.append, progress=False)
     warnings = [ln for ln in lines if ln.startswith("warning:")]
     if expected is None:
         assert warnings == []

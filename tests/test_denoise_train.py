@@ -69,10 +69,10 @@ def test_the_recorded_classifier_is_checked(runs, tmp_path, capsys):
     capsys.readouterr()
     with open(clf / "checkpoint.pt", "ab") as fh:  # another file now
         fh.write(b"\0")
-    assert main(["certify", "--checkpoint", str(den), "--n", "50", "--max", "1", "--out", str(tmp_path / "c.tsv")]) == 2
+    assert main(["certify", "--checkpoint", str(den), "--n0", "10", "--n", "50", "--max", "1", "--out", str(tmp_path / "c.tsv")]) == 2
     assert "changed since the denoiser was trained" in capsys.readouterr().err
     shutil.rmtree(clf)
-    assert main(["certify", "--checkpoint", str(den), "--n", "50", "--max", "1", "--out", str(tmp_path / "c.tsv")]) == 2
+    assert main(["certify", "--checkpoint", str(den), "--n0", "10", "--n", "50", "--max", "1", "--out", str(tmp_path / "c.tsv")]) == 2
     assert "which is missing" in capsys.readouterr().err
 
 

@@ -213,7 +213,7 @@ def _certify_reads(model, out, **kw):
 def test_the_certify_driver_reads_per_example_not_per_forward_pass(digits_model, tmp_path, mode, device):
     """1 and 3 examples at n = 16 and n = 64 (4 and 16 forward passes each): each example adds
     the same reads, whatever n: its label and finiteness check on the host, one copy of its counts."""
-    _certify_reads(digits_model, tmp_path / "warm-up.tsv", mode=mode, n=8, max=1, device=device)
+    _certify_reads(digits_model, tmp_path / "warm-up.tsv", mode=mode, n=16, max=1, device=device)
     runs = {(n, m): _certify_reads(digits_model, tmp_path / f"{n}-{m}.tsv", mode=mode, n=n, max=m, device=device)
             for n in (16, 64) for m in (1, 3)}
     assert runs[16, 1] == runs[64, 1] and runs[16, 3] == runs[64, 3]

@@ -549,11 +549,11 @@ def test_a_certification_still_running_is_shown_so_far(tmp_path):
     assert again == text
 
 
-def test_collect_on_a_folder_without_a_reproduction_writes_nothing(tmp_path, capsys):
+def test_collect_on_a_folder_that_does_not_exist_writes_nothing(tmp_path, capsys):
     """A mistyped --out with --collect: the empty table, a note naming the folder, and no folder made."""
     out = tmp_path / "typo" / "rep"
     assert main(["reproduce", "catrs:table4", "--methods", "gaussian", "--sigmas", "0.25", "--collect",
                  "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert f"Note: {out} holds no reproduction yet (no reproduce.json, no runs/), so nothing is written" in printed
+    assert f"Note: {out} does not exist, so this table is empty and written nowhere; check --out" in printed
     assert "| 0.25 | Gaussian | ours | - |" in printed and not (tmp_path / "typo").exists()

@@ -45,7 +45,7 @@ def make(marker, num_classes=10):
     return nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes))
 '''
 LEGIT = "trustnets:tiny"
-CERTIFY = ["--n", "50", "--max", "2", "--batch-size", "50"]
+CERTIFY = ["--n", "50", "--max", "2", "--batch-size", "50", "--n0", "10"]  # predict: without the last two
 
 
 def _payloads(marker):
@@ -135,7 +135,8 @@ def test_load_model_refuses_a_checkpoint_naming_code(hostile):
 def test_certify_and_predict_refuse_a_checkpoint_naming_code(hostile, argv, tmp_path, capsys):
     run, arch, _ = hostile
     out = tmp_path / ("c" if "--corruption" in argv else "c.tsv")
-    cert = CERTIFY[2:] if "--sequential" in argv else CERTIFY  # sequential takes --n-max, not --n
+    cert = {"certify": CERTIFY, "predict": CERTIFY[:-2]}[argv[0]]
+    cert = cert[2:] if "--sequential" in argv else cert  # sequential takes --n-max, not --n
     code, err = _cli([*argv, "--checkpoint", str(run), "--out", str(out), *cert], capsys)
     assert code == 2 and err.count("\n") == 1 and f"names its architecture {arch}," in err, err
     assert not list(tmp_path.glob("c*"))

@@ -118,6 +118,10 @@ class CertifyJob:
         v: Dict[str, Any] = {"n": None if sequential else validate_count("n", self.n)}
         if mode != "predict":
             v["n0"] = validate_count("n0", self.n0)
+        if mode == "certify":
+            check(v["n"] >= v["n0"], f"--n {v['n']} is below --n0 {v['n0']}: the n0 samples only pick the class, "
+                                     f"the n fresh ones certify it (the papers: n0 100, n 100000); raise --n or "
+                                     f"lower --n0")
         if mode == "sequential":
             check(self.radii is not None, "sequential certification needs the radii to decide: --radii 0.25 0.5 0.75")
             v["radii"] = sorted(set(validate_radii(self.radii)))

@@ -102,9 +102,9 @@ def reproduce(table: str, out: str, *, budget: str = "small", seeds: Optional[in
                            "'rsmooth reproduce ... --print-commands' (each works under torchrun)")
     root = check_output_dir(out)
     seed_list = list(range(seeds))
-    if collect and not (root / "reproduce.json").exists() and not (root / "runs").exists():
-        log(f"Note: {root} holds no reproduction yet (no reproduce.json, no runs/), so nothing is written there; "
-            f"check --out, or start the reproduction without --collect")
+    if collect and not root.exists():
+        log(f"Note: {root} does not exist, so this table is empty and written nowhere; check --out, or start "
+            f"the reproduction without --collect")
         return render(spec, b, seed_list, root, _train_sizes(spec, b, data_dir), write=False)
     root.mkdir(parents=True, exist_ok=True)
     _check_folder(root, spec, b)

@@ -19,6 +19,7 @@ from typing import Any, Generator, Sequence, Tuple, Union
 
 import numpy as np
 
+from ..errors import check
 from .sequential import (Decision, Look, SequentialCertificate, decide, radius_gain, radius_of,
                          sequence_steps, thresholds, validate_futility, validate_radii, validate_radius_tol,
                          validate_sequential_alpha)
@@ -78,6 +79,8 @@ class Certify:
 
     def __post_init__(self) -> None:
         _set(self, n0=validate_count("n0", self.n0), n=validate_count("n", self.n), alpha=validate_alpha(self.alpha))
+        check(self.n >= self.n0, f"n ({self.n}) is below n0 ({self.n0}): the n0 samples only pick the class, the "
+                                 f"n fresh ones certify it (the papers: n0 = 100, n = 100,000)")
 
     def steps(self, sigma: float) -> Steps:
         counts0, counts = yield self.n0, self.n  # drawn back to back, read once
