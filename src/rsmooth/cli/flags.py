@@ -209,7 +209,7 @@ def add_certify_options(p: argparse.ArgumentParser, mode: str) -> None:
     if mode == "certify":
         p.add_argument("--n0", type=integer, default=100, help="samples to select the class (default: 100)")
     p.add_argument("--n", type=integer, default=DEFAULT_N,
-                   help=f"Monte Carlo samples to {'vote' if mode == 'predict' else 'estimate the bound'} "
+                   help=f"Monte Carlo samples to {'vote' if mode == 'predict' else 'estimate the bound, at least --n0'} "
                    "(default: 100000)")
     p.add_argument("--alpha", type=float, default=0.001, help="failure probability in (0, 1) (default: 0.001)")
     p.add_argument("--start", type=integer, default=0,
