@@ -62,6 +62,9 @@ def test_summarize_radii_labels_and_sidecar(files):
     assert a.certified_accuracy == pytest.approx({0.3: 3 / 6, 2.0: 0.0})  # 0.3 itself counts
     assert (a.sigma, b.sigma, b.meta["n"]) == (None, 0.5, 100000)
     assert summarize(files[0], radii="0:0.5:0.25")[0].certified_accuracy.keys() == {0, 0.25, 0.5}
+    for bad in ([-1.0, 0.25], [float("nan")], "0,-0.5"):
+        with pytest.raises(RsmoothError, match=r"radii must be finite and >= 0 \(l2 radii in \[0, 1\] pixel units\)"):
+            summarize(files[0], radii=bad)
 
 
 def test_default_labels_are_the_names_or_the_run_folders_when_names_repeat(tmp_path, monkeypatch):

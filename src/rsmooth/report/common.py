@@ -165,8 +165,8 @@ def resolve_radii(radii: Radii) -> Optional[List[float]]:
         values = [float(r) for r in np.atleast_1d(np.asarray(radii, dtype=np.float64))]
     if not values:
         raise RsmoothError("radii: empty list")
-    if not all(math.isfinite(r) for r in values):
-        raise RsmoothError(f"radii must be finite numbers, got {values}")
+    if not all(math.isfinite(r) and r >= 0 for r in values):
+        raise RsmoothError(f"radii must be finite and >= 0 (l2 radii in [0, 1] pixel units), got {values}")
     return values
 
 
