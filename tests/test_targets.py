@@ -23,7 +23,6 @@ def ckpt(tmp_path_factory):
     return out
 
 
-@pytest.mark.slow
 def test_compute_targets_takes_exactly_the_job_fields():
     assert_keywords_are_fields(compute_targets, TargetsJob)
 
@@ -38,6 +37,7 @@ def test_targets_job_checks_and_normalises_once():
             dataclasses.replace(job, **bad)
 
 
+@pytest.mark.slow
 def test_rows_are_frequencies_in_dataset_order(ckpt, tmp_path):
     # a negligible sigma makes every row the one-hot clean prediction of that image
     p = compute_targets(str(ckpt), str(tmp_path / "t.npy"), num_samples=20, sigma=1e-6,
