@@ -172,7 +172,11 @@ def test_atomic_save_leaves_old_file_on_failure(tmp_path):
 
 @pytest.mark.parametrize("kw,match", [
     (dict(epochs=0), "--epochs must be >= 1"),
+    (dict(epochs=2.5), "--epochs must be an integer, got 2.5"),
+    (dict(batch_size="64"), "--batch-size must be an integer, got '64'"),
+    (dict(lr_step=1.5), "--lr-step must be an integer, got 1.5"),
     (dict(lr=-1.0), "--lr must be > 0"),
+    (dict(lr="0.1"), "--lr must be > 0, got '0.1'"),
     (dict(hparams={"sigma": 0.0}), "sigma must be > 0"),
     (dict(hparams={"sigma": 0.25, "lbd": 1.0}), "has no hyperparameter lbd"),
     (dict(dataset="nope"), "unknown dataset 'nope'"),

@@ -44,6 +44,7 @@ from ..fileio import atomic_write_bytes, naming, open_nofollow, remove_stale_tem
 from ..methods import METHODS, Batch, Method, StepContext, create_method
 from ..paths import check_output_dir
 from ..progress import Heartbeat, format_duration, progress_bar
+from ..smoothing.stats import validate_count
 from .callbacks import CallbackList, as_callbacks
 from .checkpoint import (CHECKPOINT_NAME, FORMAT, atomic_save, git_commit, read_checkpoint,
                          resolve_device, state_digest, versions)
@@ -145,12 +146,12 @@ class TrainConfig:
         check(c.num_classes is None or (isinstance(c.num_classes, int) and c.num_classes >= info.num_classes),
               f"--num-classes must be at least the {info.num_classes} classes of {c.dataset}, got {c.num_classes!r}")
         validate_normalization(c.mean or [], c.std or [])  # before any data is read
-        check(c.epochs >= 1, f"--epochs must be >= 1, got {c.epochs}")
-        check(c.batch_size >= 1, f"--batch-size must be >= 1, got {c.batch_size}")
-        check(c.lr > 0 and math.isfinite(c.lr), f"--lr must be > 0, got {c.lr}")
+        c.epochs, c.batch_size = validate_count("--epochs", c.epochs), validate_count("--batch-size", c.batch_size)
+        c.lr_step = validate_count("--lr-step", c.lr_step)  # epochs
+        c.eval_batch_size = validate_count("eval_batch_size", c.eval_batch_size)
+        check(isinstance(c.lr, (int, float)) and c.lr > 0 and math.isfinite(c.lr), f"--lr must be > 0, got {c.lr!r}")
         check(0 <= c.momentum < 1, f"--momentum must be in [0, 1), got {c.momentum}")
         check(c.weight_decay >= 0, f"--weight-decay must be >= 0, got {c.weight_decay}")
-        check(c.lr_step >= 1, f"--lr-step must be >= 1 epoch, got {c.lr_step}")
         check(0 < c.lr_gamma <= 1, f"--lr-gamma must be in (0, 1], got {c.lr_gamma}")
         check(not c.nesterov or c.momentum > 0, "--nesterov needs --momentum > 0")
         check(c.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)}, got {c.precision!r}")
