@@ -110,6 +110,8 @@ class _Sequence:
     def __post_init__(self) -> None:
         _set(self, n0=validate_count("n0", self.n0), alpha=validate_sequential_alpha(self.alpha),
              futility=validate_futility(self.futility), n_max=validate_count("n_max", self.n_max))
+        check(self.n_max >= self.n0, f"n_max ({self.n_max}) is below n0 ({self.n0}): it caps the estimation samples, "
+                                     f"as n does for certify")
 
     def _estimate(self, done) -> Generator[Union[int, Look], Any, Tuple[int, Any]]:
         c_a = _top((yield self.n0))

@@ -108,6 +108,7 @@ MAX_SIGMA = 10.0
 
 def validate_sigma(sigma: float) -> float:
     """Return sigma as a float, or raise unless it is a number in (0, MAX_SIGMA]."""
+    check(not isinstance(sigma, (str, bytes, bool)), f"sigma must be a number > 0, got {sigma!r}")
     try:
         s = float(sigma)
     except (TypeError, ValueError):
