@@ -29,11 +29,12 @@ import dataclasses
 import functools
 import json
 import math
+import numbers
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -73,6 +74,12 @@ LR_TIMINGS = ("catrs", "cohen")
 OPTIMIZERS = ("sgd", "adam")
 #: autocast dtype of each --precision (fp32: no autocast)
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _number(name: str, value: Any) -> float:
+    """``value`` as a float, or a one-line error naming the flag ``name``."""
+    check(isinstance(value, numbers.Real) and not isinstance(value, bool), f"{name} must be a number, got {value!r}")
+    return float(value)
 
 
 def _as_list(values: Optional[Any]) -> Optional[List[Any]]:
@@ -129,6 +136,8 @@ class TrainConfig:
         from ..models.normalize import validate_normalization
 
         info = dataset_info(self.dataset)  # unknown dataset -> error listing the valid ones
+        check(isinstance(self.hparams, Mapping), f"hparams must be a mapping of the method's hyperparameters "
+                                                  f"(e.g. {{'sigma': 0.25}}), got {self.hparams!r}")
         d = DATASET_DEFAULTS.get(self.dataset, DATASET_DEFAULTS["cifar10"])
         denoiser = is_denoiser(self.method)
         c = dataclasses.replace(
@@ -149,7 +158,9 @@ class TrainConfig:
         c.epochs, c.batch_size = validate_count("--epochs", c.epochs), validate_count("--batch-size", c.batch_size)
         c.lr_step = validate_count("--lr-step", c.lr_step)  # epochs
         c.eval_batch_size = validate_count("eval_batch_size", c.eval_batch_size)
-        check(isinstance(c.lr, (int, float)) and c.lr > 0 and math.isfinite(c.lr), f"--lr must be > 0, got {c.lr!r}")
+        c.lr, c.momentum, c.weight_decay, c.lr_gamma = (_number(f"--{k.replace('_', '-')}", getattr(c, k))
+                                                         for k in ("lr", "momentum", "weight_decay", "lr_gamma"))
+        check(c.lr > 0 and math.isfinite(c.lr), f"--lr must be > 0, got {c.lr!r}")
         check(0 <= c.momentum < 1, f"--momentum must be in [0, 1), got {c.momentum}")
         check(c.weight_decay >= 0, f"--weight-decay must be >= 0, got {c.weight_decay}")
         check(0 < c.lr_gamma <= 1, f"--lr-gamma must be in (0, 1], got {c.lr_gamma}")
@@ -157,8 +168,12 @@ class TrainConfig:
         check(c.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)}, got {c.precision!r}")
         check(c.lr_timing in LR_TIMINGS, f"--lr-timing must be one of {', '.join(LR_TIMINGS)}, got {c.lr_timing!r}")
         if c.milestones is not None:
-            check(all(m >= 1 for m in c.milestones) and list(c.milestones) == sorted(c.milestones),
-                  f"--milestones must be increasing epochs >= 1, got {c.milestones}")
+            check(not isinstance(c.milestones, (str, bytes, Mapping))
+                  and all(isinstance(m, int) and not isinstance(m, bool) and m >= 1 for m in c.milestones)
+                  and list(c.milestones) == sorted(c.milestones),
+                  f"--milestones must be increasing epochs >= 1, got {c.milestones!r}")
+        if c.train_subset is not None:
+            c.train_subset = validate_count("--train-subset", c.train_subset)
         check(c.optimizer in OPTIMIZERS, f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {c.optimizer!r}")
         check(denoiser or (c.classifier is None and c.init is None),
               "--classifier and --init are for the denoiser methods (denoise-mse, denoise-stab)")
