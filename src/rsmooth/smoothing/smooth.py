@@ -399,6 +399,9 @@ class Smooth:
             ```
         """
         batch_size = validate_count("batch_size", batch_size)
+        check(isinstance(procedure, (Predict, Certify, Sequential, Adaptive)),
+              f"procedure must be a Predict, Certify, Sequential or Adaptive of rsmooth.smoothing.procedures, "
+              f"got {type(procedure).__name__}")
         packer = Packer(self._votes, self.sigma, batch_size, self.num_classes, self.device, self._noise_dtype,
                         _refuse_nonfinite, self._image, full=self.compile)
         with self._eval():
@@ -411,7 +414,10 @@ class Smooth:
                                    f"{self.device}; lower batch_size (--batch-size, now {batch_size})") from e
 
     def _checked_items(self, items: Iterable[Item]) -> Iterator[Item]:
-        for key, x, generator in items:
+        for item in items:
+            check(isinstance(item, (tuple, list)) and len(item) == 3, f"each item must be a (key, image [C x H x W], "
+                  f"torch.Generator or None) triple, got {type(item).__name__}")
+            key, x, generator = item
             _validate_generator(generator, self.device)
             yield key, x, generator
 
