@@ -23,6 +23,7 @@ import torch
 from .engine import TrainConfig, run_certification, train
 from .errors import RsmoothError
 from .fileio import atomic_write_text
+from .paths import check_output_dir
 from .report import analyze
 
 SETTINGS_NAME = "demo.json"
@@ -108,7 +109,7 @@ def run_demo(out: str = "demo_out", sigmas: Sequence[float] = (0.25, 0.5), n: in
     ``overwrite`` deletes the outputs of an earlier demo in ``out`` (and nothing else) first;
     without it, an earlier demo with other settings is an error.
     """
-    root = Path(out)
+    root = check_output_dir(out)
     _prepare(root, {"sigmas": [float(s) for s in sigmas], "n": n, "epochs": epochs, "seed": seed,
                     "threads": THREADS}, overwrite)
     with intra_op_threads(THREADS):
