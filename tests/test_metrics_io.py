@@ -99,6 +99,8 @@ def test_header_only_file_is_empty_result(tmp_path):
     (TSV_HEADER + "\n0\t1\t1\tabc\t1\t0.1\n", "line 2: .*radius 'abc'"),
     (TSV_HEADER + "\n0\t1\t1\t-0.5\t1\t0.1\n", "line 2: .*>= 0"),
     (TSV_HEADER + "\n0\t1\t1\t0.5\t2\t0.1\n", "line 2: .*correct '2'"),
+    (TSV_HEADER + "\n0\t1\t1\t0.5\t0\t0.1\n", r"line 2: .*correct 0 contradicts predict 1 and label 1 \(correct is"),
+    (TSV_HEADER + "\n0\t1\t-1\t0.0\t1\t0.1\n", "line 2: .*correct 1 contradicts predict -1 and label 1"),
     (TSV_HEADER + "\n0\t1\t1\t0.5\t1\tsoon\n", "line 2: .*time 'soon'"),
     (TSV_HEADER + "\n5\t1\t1\t0.5\t1\t0.1\n\n5\t1\t1\t0.5\t1\t0.1\n", "line 4: duplicate idx 5"),
 ])

@@ -281,7 +281,7 @@ def test_ci_high_probability_bound_with_alpha_and_level(tmp_path):
     """m = 500 at alpha 0.001 (Cohen et al.'s CIFAR-10 protocol): q = 2 at 95%, 3 at 99%."""
     from scipy.stats import binom
 
-    rows = [(i, 0, 0, 0.6 if i < 412 else 0.0, int(i < 412)) for i in range(500)]
+    rows = [(i, 0, 0 if i < 412 else -1, 0.6 if i < 412 else 0.0, int(i < 412)) for i in range(500)]
     path = _write(tmp_path / "m500.tsv", rows)
     for level, q in ((0.95, 2), (0.99, 3)):
         assert binom.cdf(q, 500, 0.001) >= level > binom.cdf(q - 1, 500, 0.001)

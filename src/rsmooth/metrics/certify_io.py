@@ -126,7 +126,11 @@ def _parse_row(line: str) -> Tuple[int, int, int, float, bool, float]:
         raise ValueError(f"radius {radius_s!r} is not a number") from None
     if not (math.isfinite(radius) and radius >= 0.0):
         raise ValueError(f"radius {radius_s!r} must be finite and >= 0")
-    return idx, label, predict, radius, _parse_correct(correct_s), _parse_time(time_s)
+    correct = _parse_correct(correct_s)
+    if correct != (predict == label):  # every public codebase writes int(prediction == label)
+        raise ValueError(f"correct {correct_s} contradicts predict {predict} and label {label} "
+                         f"(correct is predict == label)")
+    return idx, label, predict, radius, correct, _parse_time(time_s)
 
 
 def _split_lines(text: str) -> List[str]:
