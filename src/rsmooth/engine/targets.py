@@ -162,8 +162,7 @@ class TargetsJob:
         world, shard = distributed.rank_shard(self.shard, "computes")
         progress, log = (self.progress, self.log) if world.main else (False, distributed.quiet)
         check_output_file(self.out, inputs=[resolve_checkpoint_path(self.checkpoint)])
-        meta, votes, dev = self._resolve(world)
-        n = meta.pop("num_rows")
+        meta, votes, n, dev = self._resolve(world)
         work = _Work(n, meta["num_classes"], votes, self.overwrite, progress, log, self.stop_after_blocks,
                      self.heartbeat)
         out_path = Path(self.out)
@@ -175,9 +174,9 @@ class TargetsJob:
             return _compute(shard_path(out_path, shard), share, {**meta, "shard": list(shard), "num_rows": n}, work)
         return _compute_on_ranks(out_path, share, meta, work, world, dev)
 
-    def _resolve(self, world) -> Tuple[Dict[str, Any], Callable[[int], np.ndarray], "torch.device"]:
-        """(the identity metadata, plus ``num_rows``: the training images; the vote counts of a
-        block; this rank's device): the model loaded, sigma and the data resolved."""
+    def _resolve(self, world) -> Tuple[Dict[str, Any], Callable[[int], np.ndarray], int, "torch.device"]:
+        """(the identity metadata, the vote counts of a block, the training images, this rank's
+        device): the model loaded, sigma and the data resolved."""
         from ..data import get_dataset
 
         loaded = load_model(self.checkpoint, dataset=self.dataset, trust_pickle=self.trust_pickle,
@@ -202,7 +201,7 @@ class TargetsJob:
             g = generator(seed, "targets", b, device=dev)
             return smooth.count_votes(x, self.num_samples, self.batch_size, generator=g).cpu().numpy()
 
-        return {**meta, "num_rows": n}, votes, dev
+        return meta, votes, n, dev
 
 
 @dataclass
