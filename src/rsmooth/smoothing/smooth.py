@@ -12,7 +12,7 @@ import enum
 import math
 import warnings
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, get_args
 
 import numpy as np
 import torch
@@ -399,7 +399,7 @@ class Smooth:
             ```
         """
         batch_size = validate_count("batch_size", batch_size)
-        check(isinstance(procedure, (Predict, Certify, Sequential, Adaptive)),
+        check(isinstance(procedure, get_args(Procedure)),
               f"procedure must be a Predict, Certify, Sequential or Adaptive of rsmooth.smoothing.procedures, "
               f"got {type(procedure).__name__}")
         packer = Packer(self._votes, self.sigma, batch_size, self.num_classes, self.device, self._noise_dtype,
