@@ -3,8 +3,9 @@ import json
 
 import pytest
 
+from conftest import assert_keywords_are_fields
 from rsmooth.cli import main
-from rsmooth.engine.pipeline import run_pipeline
+from rsmooth.engine.pipeline import PipelineJob, run_pipeline
 from rsmooth.metrics import read_certify_tsv
 
 
@@ -34,3 +35,16 @@ def test_pipeline_runs_then_skips_finished_steps(tmp_path, capsys):
     code = main(["pipeline", "catrs", "--dataset", "digits", "--sigma", "0.5", "--epochs", "3",
                  "--target-samples", "10", "--n", "100", "--max", "4", "--out", str(tmp_path)])
     assert code == 2 and "cannot resume" in capsys.readouterr().err
+
+
+def test_run_pipeline_is_the_job():
+    assert_keywords_are_fields(run_pipeline, PipelineJob)
+
+
+def test_job_checks_every_step_when_made(tmp_path):
+    job = PipelineJob(str(tmp_path / "p"), dataset="digits", sigma=0.5, train_overrides={"epochs": 1}, seed=3)
+    assert job.seed == 3 and job._plan.base.hparams["sigma"] == 0.25 and job._plan.cat.hparams["sigma"] == 0.5
+    assert job._plan.gauss.method == "gaussian" and job._plan.certify.n == 100_000
+    assert not (tmp_path / "p").exists()  # nothing written before run()
+    assert PipelineJob(str(tmp_path), compare_gaussian=False)._plan.gauss is None
+

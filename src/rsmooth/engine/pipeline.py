@@ -13,10 +13,11 @@ the first step starts, so a typo fails in a second, not after hours of training.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
-from ..errors import RsmoothError, check
+from ..errors import check
 from ..fileio import atomic_write_text
 from ..methods import create_method
 from ..paths import check_output_dir
@@ -78,59 +79,115 @@ def run_pipeline(
 
     ``train_overrides`` (epochs, batch_size, lr, ...) apply to every model trained, so the
     comparison is under one budget; ``hparams`` are the CAT-RS hyperparameters on top of the
-    ``dataset/catrs/sigma`` preset when there is one.
+    ``dataset/catrs/sigma`` preset when there is one; ``certify_options`` are further
+    :class:`CertifyJob` fields (precision, device, ...).  The same as ``PipelineJob(...).run()``.
     """
-    from ..report import analyze
-    from .targets import compute_targets
+    return PipelineJob(**locals()).run()
 
-    if method != "catrs":
-        raise RsmoothError(f"the pipeline is defined for catrs, got {method!r}")
-    sigma = validate_sigma(sigma)
-    copts = dict(certify_options or {})
-    _check_options("certify option", copts, [f.name for f in dataclasses.fields(CertifyJob)
-                                             if f.name not in _CERTIFY_SET])
-    # how every model is certified (each gets its checkpoint and out): checked before any work
-    certify_job = CertifyJob("", "", n0=n0, n=n, alpha=alpha, skip=skip, max=max, seed=seed, log=log, **copts)
-    target_samples = validate_count("target_samples", target_samples)
-    seed = certify_job.seed
-    overrides = {**(train_overrides or {}), "seed": seed}
-    _check_options("training setting", overrides, [f.name for f in dataclasses.fields(TrainConfig)
-                                                   if f.name not in ("dataset", "method", "hparams")])
-    resolve_device(certify_job.device)
-    w = distributed.world()
-    if not w.main:
-        log = distributed.quiet
-    base_config = _config(dataset, "gaussian", SIGMA0, overrides, {})
-    cat = _config(dataset, method, sigma, overrides, dict(hparams or {}))
-    gauss_config = _config(dataset, "gaussian", sigma, overrides, {}) if compare_gaussian else None
-    root = check_output_dir(out)
-    runs: List[Path] = []
-    labels: List[str] = []
 
-    def trained(name: str, config: TrainConfig) -> Path:
-        log(f"== train {name}")
-        train(config, str(root / name), resume=True, log=log)
-        return root / name
+@dataclass(frozen=True)
+class PipelineJob:
+    """Every setting of one pipeline run: the keywords of :func:`run_pipeline`, all checked when
+    the job is made (the three training configurations and the certification included), so a
+    typo fails in a second.  :meth:`run` runs or continues it."""
 
-    def certified(run: Path, label: str) -> None:
-        log(f"== certify {run.name}")
-        runs.append(dataclasses.replace(certify_job, checkpoint=str(run), out=str(run / "certify.tsv")).run())
-        labels.append(label)
+    out: str  # the run folder
+    method: str = "catrs"
+    dataset: str = "digits"
+    sigma: float = 0.25  # training and certification noise level of the CAT-RS (and compared) model
+    hparams: Optional[Dict[str, Any]] = None  # CAT-RS hyperparameters over the preset's
+    train_overrides: Optional[Dict[str, Any]] = None  # TrainConfig fields of every model trained
+    target_samples: int = 10_000  # noises per training image for the targets
+    target_augment: bool = True
+    n0: int = 100
+    n: int = 100_000
+    alpha: float = 0.001
+    skip: int = 1
+    max: Optional[int] = None
+    seed: int = 0  # of every training and certification stream
+    compare_gaussian: bool = True  # also train and certify a Gaussian model at sigma
+    certify_options: Optional[Dict[str, Any]] = None  # further CertifyJob fields
+    log: Callable[[str], None] = print
 
-    # under torchrun one process group serves every step (each step's would reuse stale addresses)
-    with distributed.process_group(distributed.rank_device(resolve_device(base_config.device), w)):
-        base = trained(f"gaussian_{SIGMA0:.2f}", base_config)
-        targets = root / f"targets_{SIGMA0:.2f}.npy"
-        log(f"== targets from {base.name} ({target_samples} noises per training image)")
-        compute_targets(str(base), str(targets), num_samples=target_samples, augment=target_augment,
-                        seed=seed, log=log, train_subset=base_config.train_subset)
-        cat = dataclasses.replace(cat, targets=str(targets))
-        if gauss_config is not None:
-            gauss = base if sigma == SIGMA0 else trained(f"gaussian_{sigma:.2f}", gauss_config)
-            certified(gauss, f"Gaussian sigma={sigma}")
-        certified(trained(f"{method}_{sigma:.2f}", cat), f"CAT-RS sigma={sigma}")
-    if not w.main:
-        return ""
-    table = analyze([str(p) for p in runs], labels=labels, plot=str(root / "certified_accuracy.png"))
-    atomic_write_text(root / "table.md", table + "\n")
-    return table
+    def __post_init__(self) -> None:
+        check(self.method == "catrs", f"the pipeline is defined for catrs, got {self.method!r}")
+        object.__setattr__(self, "sigma", validate_sigma(self.sigma))
+        object.__setattr__(self, "target_samples", validate_count("target_samples", self.target_samples))
+        copts = dict(self.certify_options or {})
+        _check_options("certify option", copts, [f.name for f in dataclasses.fields(CertifyJob)
+                                                 if f.name not in _CERTIFY_SET])
+        # how every model is certified (each gets its checkpoint and out)
+        certify = CertifyJob("", "", n0=self.n0, n=self.n, alpha=self.alpha, skip=self.skip, max=self.max,
+                             seed=self.seed, log=self.log, **copts)
+        object.__setattr__(self, "seed", certify.seed)
+        overrides = {**(self.train_overrides or {}), "seed": self.seed}
+        _check_options("training setting", overrides, [f.name for f in dataclasses.fields(TrainConfig)
+                                                       if f.name not in ("dataset", "method", "hparams")])
+        resolve_device(certify.device)
+        gauss = _config(self.dataset, "gaussian", self.sigma, overrides, {}) if self.compare_gaussian else None
+        object.__setattr__(self, "_plan", _Plan(
+            certify, _config(self.dataset, "gaussian", SIGMA0, overrides, {}),
+            _config(self.dataset, self.method, self.sigma, overrides, dict(self.hparams or {})), gauss))
+
+    def run(self) -> str:
+        """Run (or continue) every step; the results table (rank 0; "" on the other ranks)."""
+        from ..report import analyze
+
+        w = distributed.world()
+        steps = _Steps(check_output_dir(self.out), self.log if w.main else distributed.quiet, self._plan.certify)
+        # under torchrun one process group serves every step (each step's would reuse stale addresses)
+        with distributed.process_group(distributed.rank_device(resolve_device(self._plan.base.device), w)):
+            self._steps(steps)
+        if not w.main:
+            return ""
+        table = analyze([str(p) for p in steps.certified], labels=steps.labels,
+                        plot=str(steps.root / "certified_accuracy.png"))
+        atomic_write_text(steps.root / "table.md", table + "\n")
+        return table
+
+    def _steps(self, steps: "_Steps") -> None:
+        """Gaussian sigma0 -> its targets -> (Gaussian sigma) -> CAT-RS sigma, each certified."""
+        from .targets import compute_targets
+
+        plan = self._plan
+        base = steps.trained(f"gaussian_{SIGMA0:.2f}", plan.base)
+        targets = steps.root / f"targets_{SIGMA0:.2f}.npy"
+        steps.log(f"== targets from {base.name} ({self.target_samples} noises per training image)")
+        compute_targets(str(base), str(targets), num_samples=self.target_samples, augment=self.target_augment,
+                        seed=self.seed, log=steps.log, train_subset=plan.base.train_subset)
+        if plan.gauss is not None:
+            gauss = base if self.sigma == SIGMA0 else steps.trained(f"gaussian_{self.sigma:.2f}", plan.gauss)
+            steps.certify(gauss, f"Gaussian sigma={self.sigma}")
+        cat = dataclasses.replace(plan.cat, targets=str(targets))
+        steps.certify(steps.trained(f"{self.method}_{self.sigma:.2f}", cat), f"CAT-RS sigma={self.sigma}")
+
+
+class _Plan(NamedTuple):
+    """What a PipelineJob's settings resolve to, checked when it is made."""
+
+    certify: CertifyJob  # without checkpoint and out
+    base: TrainConfig  # the sigma0 Gaussian model (the targets' teacher)
+    cat: TrainConfig  # the CAT-RS model, without its targets
+    gauss: Optional[TrainConfig]  # the compared Gaussian model at sigma, or None
+
+
+@dataclass
+class _Steps:
+    """The run folder's training and certification steps, and the certified runs so far."""
+
+    root: Path
+    log: Callable[[str], None]
+    certify_job: CertifyJob
+    certified: List[Path] = dataclasses.field(default_factory=list)
+    labels: List[str] = dataclasses.field(default_factory=list)
+
+    def trained(self, name: str, config: TrainConfig) -> Path:
+        self.log(f"== train {name}")
+        train(config, str(self.root / name), resume=True, log=self.log)
+        return self.root / name
+
+    def certify(self, run: Path, label: str) -> None:
+        self.log(f"== certify {run.name}")
+        job = dataclasses.replace(self.certify_job, checkpoint=str(run), out=str(run / "certify.tsv"), log=self.log)
+        self.certified.append(job.run())
+        self.labels.append(label)
