@@ -390,7 +390,7 @@ size("4m")
 codes += [main(targets), main(trains), main(certify)]
 print(codes, sorted(os.listdir()), len(open("c.tsv").readlines()))
 """
-    script = f'mount -t tmpfs -o size=32k tmpfs "$2" || exit 99; cd "$2" && exec "$0" -c "$1"'
+    script = 'mount -t tmpfs -o size=32k tmpfs "$2" || exit 99; cd "$2" && exec "$0" -c "$1"'
     out = subprocess.run(["unshare", "-Urm", "sh", "-c", script, sys.executable, program, str(disk)],
                          env=ENV, capture_output=True, text=True, timeout=600)
     assert out.returncode != 99, out.stderr

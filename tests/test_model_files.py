@@ -22,7 +22,7 @@ from rsmooth import RsmoothError, load_model
 from rsmooth.cli import main
 from rsmooth.engine import TrainConfig, train
 from rsmooth.imports import drop_implicit_cwd
-from rsmooth.models import MODELS, create_model, resolve_arch
+from rsmooth.models import MODELS, create_model
 
 from conftest import QUIET
 
