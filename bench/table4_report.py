@@ -77,6 +77,18 @@ def copy_results(root: Path) -> list:
     return copied
 
 
+def sessions(root: Path) -> list:
+    """The certifications' invocations from their sidecars' ``sessions`` (a markdown table's rows)."""
+    rows = []
+    for sigma, folder in RUNS:
+        meta = read_sidecar(root / "runs" / "fashion-mnist" / folder / "seed0" / "certify.tsv") or {}
+        for e in meta.get("sessions", []):
+            note = " (all invocations before sessions were recorded)" if e.get("note") else ""
+            rows.append(f"| {sigma} | {e.get('began')}{note} | {e.get('done')} | {str(e.get('git_commit'))[:7]} | "
+                        f"{e.get('batch_size')} | {'channels-last' if e.get('channels_last') else 'NCHW'} |")
+    return rows
+
+
 def generated(root: Path) -> str:
     table = reproduce("catrs:table4", str(root), budget="paper,test=0.1", seeds=1, methods=["gaussian"],
                       sigmas=[0.25, 0.5], collect=True)
@@ -99,6 +111,12 @@ def generated(root: Path) -> str:
         parts.append("- The certify TSVs and sidecars: " + ", ".join(f"`{p.relative_to(DOCS)}`" for p in copied)
                      + "; `rsmooth analyze docs/reproductions/fashion-mnist-table4/*.tsv --paper catrs:table4` "
                      "reads them.")
+    if runs := sessions(root):
+        parts += ["", "## The certifications' sessions", "",
+                  "Every invocation that certified into each file, from its sidecar's `sessions`: when it began, the "
+                  "examples done then, and the code and settings it ran with.", "",
+                  "| sigma | began | done | commit | batch size | memory format |", "|---:|---|---:|---|---:|---|",
+                  *runs]
     return "\n".join(parts + ["", END])
 
 

@@ -71,6 +71,38 @@ def test_certification_resumes_to_the_same_file(trained, tmp_path, capsys):
     assert code == 2 and "holds a run with n=300, not 400" in err
 
 
+def test_each_invocation_is_a_session_of_the_sidecar(trained, tmp_path, capsys):
+    """A run continued after a kill records every invocation that certified into it: when it
+    began, how many examples were done, and the code and settings it ran with."""
+    args = ["certify", "--checkpoint", trained, "--n", 300, "--max", 4, "--batch-size", 100, "--out", tmp_path / "c.tsv"]
+    sidecar = tmp_path / "c.tsv.json"
+    assert run(capsys, *args)[0] == 0
+    first = json.loads(sidecar.read_text())["sessions"]
+    assert [e["done"] for e in first] == [0] and first[0]["batch_size"] == 100
+    assert set(first[0]) == {"began", "done", "git_commit", "versions", "device", "batch_size", "channels_last",
+                             "compile"}
+    assert run(capsys, *args)[0] == 0  # nothing left to certify: no session
+    assert json.loads(sidecar.read_text())["sessions"] == first
+
+    def killed_after(k):
+        lines = (tmp_path / "c.tsv").read_text().splitlines(keepends=True)
+        (tmp_path / "c.tsv").write_text("".join(lines[:1 + k]))
+
+    killed_after(3)
+    assert run(capsys, *args[:-2], "--batch-size", 50, "--out", tmp_path / "c.tsv")[0] == 0
+    meta = json.loads(sidecar.read_text())
+    assert meta["complete"] and [e["done"] for e in meta["sessions"]] == [0, 3]
+    assert meta["sessions"][0] == first[0] and meta["sessions"][1]["batch_size"] == 50 == meta["batch_size"]
+
+    # a sidecar of an earlier rsmooth (no sessions): its invocations become one entry
+    sidecar.write_text(json.dumps({k: v for k, v in meta.items() if k != "sessions"}))
+    killed_after(1)
+    assert run(capsys, *args)[0] == 0
+    sessions = json.loads(sidecar.read_text())["sessions"]
+    assert [e["done"] for e in sessions] == [0, 1] and "before sessions were recorded" in sessions[0]["note"]
+    assert sessions[0]["began"] == meta["started"] and sessions[0]["batch_size"] == 50
+
+
 def test_bf16_mode_is_recorded(trained, tmp_path, capsys):
     code, _, _ = run(capsys, "certify", "--checkpoint", trained, "--n", 200, "--max", 2,
                      "--precision", "bf16", "--channels-last", "--out", tmp_path / "b.tsv")

@@ -133,7 +133,8 @@ def test_shards_merge_into_the_one_process_file(model, one, tmp_path, capsys):
     assert rows(out) == rows(one / "fast.tsv")
     merged, single = (json.loads(Path(f"{p}.json").read_text()) for p in (out, one / "fast.tsv"))
     assert "shard" not in merged and "subset_size" not in merged and merged["merged_shards"] == 2
-    for key in ("started", "finished", "merged_shards"):
+    assert [(e["shard"], e["done"]) for e in merged["sessions"]] == [([0, 2], 0), ([1, 2], 0)]
+    for key in ("started", "finished", "merged_shards", "sessions"):
         merged.pop(key), single.pop(key, None)
     assert merged == single
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.tsv", "c.tsv.json"]  # shards removed

@@ -502,6 +502,9 @@ def _certify_into(r: Resolved, out_path: Path, indices: List[int], meta: dict,
             todo = [i for i in indices if i not in writer.done_indices]
             if resume and writer.done_indices:
                 r.log(f"continuing {out_path}: {len(indices) - len(todo)} of {len(indices)} examples done")
+            if todo:
+                meta["sessions"].append(_session(meta, len(indices) - len(todo)))
+                write_sidecar(out_path, {**meta, "complete": False})
             shard = meta.get("shard")
             desc = _run_name(r.job.mode) + ("" if shard is None else f" (shard {shard[0]}/{shard[1]})")
             beat = Heartbeat(len(indices), desc=desc, done=len(indices) - len(todo), interval=r.job.heartbeat,
@@ -521,8 +524,9 @@ def _certify_into(r: Resolved, out_path: Path, indices: List[int], meta: dict,
 
 def _start_sidecar(out_path: Path, meta: dict, overwrite: bool) -> bool:
     """Write ``out_path``'s sidecar as incomplete; returns whether the run continues the one there
-    (which must be the same run: it keeps its start time)."""
+    (which must be the same run: it keeps its start time and its ``sessions``)."""
     resume = out_path.exists() and not overwrite
+    old = None
     if resume:
         old = read_sidecar(out_path)
         if old is None:
@@ -532,8 +536,32 @@ def _start_sidecar(out_path: Path, meta: dict, overwrite: bool) -> bool:
         if diff:
             raise _other_run(out_path, old, meta, diff[0])
         meta["started"] = old.get("started", meta["started"])
+    meta["sessions"] = _past_sessions(old)
     write_sidecar(out_path, {**meta, "complete": False})
     return resume
+
+
+#: what each invocation that certified into a file records in its sidecar's ``sessions``
+SESSION_FIELDS = ("git_commit", "versions", "device", "batch_size", "channels_last", "compile")
+
+
+def _past_sessions(old: Optional[dict]) -> List[dict]:
+    """The ``sessions`` of the run a sidecar ``old`` describes (none for a new run).  A sidecar
+    written before rsmooth recorded them gives one entry for all its invocations, with the last
+    one's code and settings."""
+    if old is None:
+        return []
+    if "sessions" in old:
+        return list(old["sessions"])
+    return [{"began": old.get("started"), "done": 0, **{k: old.get(k) for k in SESSION_FIELDS},
+             "note": "every invocation before sessions were recorded; the code and settings of the last"}]
+
+
+def _session(meta: dict, done: int) -> dict:
+    """This invocation's entry in ``sessions``: when it began, how many examples were done then,
+    and the code and settings it certifies with (a run continued across commits says which)."""
+    return {"began": datetime.datetime.now().isoformat(timespec="seconds"), "done": done,
+            **{k: meta.get(k) for k in SESSION_FIELDS}}
 
 
 def _check_out(out: str, checkpoint: Path, overwrite: bool) -> None:

@@ -183,7 +183,8 @@ def merge_certify(out: PathLike, shards: Optional[Sequence[PathLike]] = None, *,
                   keep: bool = False, log: Callable[[str], None] = print) -> Path:
     """:func:`merge_shards` of certify/predict shards: ``out`` gets their rows sorted by idx, as a
     one-process run writes them (``out.seq`` too for --sequential/--adaptive), and a complete
-    sidecar (without the shards' ``shard`` and ``subset_size``, with ``merged_shards``)."""
+    sidecar (without the shards' ``shard`` and ``subset_size``, with ``merged_shards``; its
+    ``sessions`` are every shard's, each naming its shard)."""
     return merge_shards(out, CERTIFY, shards, overwrite=overwrite, keep=keep, log=log)
 
 
@@ -385,6 +386,7 @@ def _join_certify(out: Path, shards: List[Tuple[Path, dict]]) -> Tuple[dict, Cal
     merged.update(num_examples=len(rows), merged_shards=len(shards),
                   device=", ".join(dict.fromkeys(str(m.get("device")) for _, m in shards)),
                   started=min(str(m.get("started", "")) for _, m in shards),
+                  sessions=[{"shard": m["shard"], **e} for _, m in shards for e in m.get("sessions", [])],
                   finished=datetime.datetime.now().isoformat(timespec="seconds"))
     sequential = first.get("mode") in SEQUENTIAL_MODES
     seq = sorted(row for p, _ in shards for row in seq_rows(adopt_legacy(p))) if sequential else []
