@@ -138,6 +138,9 @@ def test_sigkill_mid_epoch_resumes_bit_identically(ref, tmp_path):
     train(_config(checkpoint_every="1"), run, resume=True, progress=False, log=logs.append)
     assert f"resuming {run / 'checkpoint.pt'} in epoch {partial['epoch'] + 1} after step {partial['steps']}" in logs
     assert_same_run(ref, run)
+    sessions = json.loads((run / "config.json").read_text())["sessions"]  # the two invocations, where each began
+    assert [(e["epoch"], e["step"]) for e in sessions] == [(0, 0), (partial["epoch"], partial["steps"])]
+    assert read_checkpoint(run)["sessions"] == sessions
 
 
 @pytest.mark.slow

@@ -20,6 +20,27 @@ def _config(**kw):
     return TrainConfig(**{**CONFIG, "hparams": {"sigma": 0.25}, **kw})
 
 
+def test_each_invocation_is_a_session_of_the_run(tmp_path):
+    """A run resumed across days and commits says where each invocation began and with what code."""
+    out = tmp_path / "r"
+    train(_config(eval_every=0), out, stop_after_epoch=1, **QUIET)
+    train(_config(eval_every=0), out, resume=True, **QUIET)
+    train(_config(eval_every=0), out, resume=True, **QUIET)  # all epochs done: no session
+    sessions = json.loads((out / "config.json").read_text())["sessions"]
+    where = [(e["epoch"], e["step"], e["world_size"], e["device"]) for e in sessions]
+    assert where == [(0, 0, 1, "cpu"), (1, 0, 1, "cpu")]
+    assert all(e["began"] and "rsmooth" in e["versions"] for e in sessions)
+    ck = read_checkpoint(out)
+    assert ck["sessions"] == sessions
+
+    # a checkpoint of an earlier rsmooth (no sessions): its invocations become one entry
+    torch.save({k: v for k, v in ck.items() if k != "sessions"}, out / "checkpoint.pt")
+    train(_config(eval_every=0, epochs=4), out, resume=True, **QUIET)
+    sessions = read_checkpoint(out)["sessions"]
+    assert [e["epoch"] for e in sessions] == [0, 3] and "before sessions were recorded" in sessions[0]["note"]
+    assert sessions[0]["git_commit"] == ck["git_commit"]
+
+
 # ----------------------------------------------------------------------------- item 4
 
 

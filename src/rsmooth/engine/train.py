@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import functools
 import json
 import math
@@ -491,6 +492,7 @@ def train(
         scaler = torch.amp.GradScaler(device.type, enabled=c.precision == "fp16")
         start_epoch, history = _load_state(ck, model, opt, sched, scaler)
         partial = _partial_of(ck)
+        sessions = _sessions(ck, start_epoch, partial, c, w, device)
         run = _Run(c, method, model, *_fast_modes(model, c, device, w), opt, sched, scaler, w, device,
                    {k: v.to(device, non_blocking=True) for k, v in extras.items()})
         spe = steps_per_epoch(len(train_set), c.batch_size, method.num_chunks)
@@ -498,12 +500,12 @@ def train(
         def save(epochs_done: int, reason: str, position: Optional[Dict[str, Any]] = None) -> None:
             if w.main:
                 atomic_save({**_checkpoint(model, opt, sched, scaler, epochs_done, c, method, history,
-                                           train_set, w), **recorded,
+                                           train_set, w), **recorded, "sessions": sessions,
                              **({"partial": position} if position is not None else {})}, ckpt_path)
                 cbs("on_checkpoint", {"path": str(ckpt_path), "epoch": epochs_done,
                                       "step": position["steps"] if position else 0, "reason": reason})
 
-        with run, _run_log(Path(out), c, history, w) as write, StopSignals() as stop, \
+        with run, _run_log(Path(out), c, history, sessions, w) as write, StopSignals() as stop, \
                 distributed.collectives(w, "the other ranks' steps", distributed.RERUN_TRAIN):
             control = _Control(run, save, CheckpointClock(c.checkpoint_every, start_epoch * spe + (
                 partial["steps"] if partial else 0)), stop, w, spe, log, str(ckpt_path), progress)
@@ -613,6 +615,22 @@ def _load_state(ck: Optional[Dict[str, Any]], model: nn.Module, opt, sched, scal
         scaler.load_state_dict(ck["scaler"])
     torch.set_rng_state(ck["rng"]["torch"])
     return int(ck["epoch"]), list(ck.get("history", []))
+
+
+def _sessions(ck: Optional[Dict[str, Any]], start_epoch: int, partial: Optional[Dict[str, Any]], c: TrainConfig,
+              w: World, device: torch.device) -> List[Dict[str, Any]]:
+    """The run's ``sessions`` (checkpoint and config.json): every invocation that trained it, with
+    where it began (epoch, step), when, and its code, world size and device; this one appended when
+    it has epochs to train.  A checkpoint of an earlier rsmooth gives one entry for all its invocations."""
+    past = [] if ck is None else list(ck.get("sessions") or [{
+        "began": None, "epoch": 0, "step": 0, "git_commit": ck.get("git_commit"), "versions": ck.get("versions"),
+        "world_size": ck.get("world_size"),
+        "note": "every invocation before sessions were recorded; the code of the last"}])
+    if start_epoch < c.epochs:
+        past.append({"began": datetime.datetime.now().isoformat(timespec="seconds"), "epoch": start_epoch,
+                     "step": partial["steps"] if partial else 0, "git_commit": git_commit(), "versions": versions(),
+                     "world_size": w.size, "device": str(device)})
+    return past
 
 
 def _partial_of(ck: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -787,15 +805,16 @@ def _read_resume(ckpt_path: Path, c: TrainConfig, resume: bool, log: Callable[[s
 
 
 @contextlib.contextmanager
-def _run_log(out_dir: Path, c: TrainConfig, history: List[Dict[str, Any]], w: World):
+def _run_log(out_dir: Path, c: TrainConfig, history: List[Dict[str, Any]], sessions: List[Dict[str, Any]],
+             w: World):
     """Rank 0 writes config.json and train.log (one line per finished epoch: a kill between a
     checkpoint and its log line lost that line) and yields the writer of an epoch's line."""
     if not w.main:
         yield lambda record: None
         return
     atomic_write_bytes(out_dir / "config.json", (json.dumps(
-        {"config": c.to_dict(), "world_size": w.size, "versions": versions(), "git_commit": git_commit()},
-        indent=2) + "\n").encode())
+        {"config": c.to_dict(), "world_size": w.size, "versions": versions(), "git_commit": git_commit(),
+         "sessions": sessions}, indent=2) + "\n").encode())
     log_path = atomic_write_bytes(out_dir / "train.log", "".join(json.dumps(r) + "\n" for r in history).encode())
     log_file = open_nofollow(log_path, "a")
 
