@@ -102,6 +102,10 @@ def test_header_only_file_is_empty_result(tmp_path):
     (TSV_HEADER + "\n0\t1\t1\t0.5\t0\t0.1\n", r"line 2: .*correct 0 contradicts predict 1 and label 1 \(correct is"),
     (TSV_HEADER + "\n0\t1\t-1\t0.0\t1\t0.1\n", "line 2: .*correct 1 contradicts predict -1 and label 1"),
     (TSV_HEADER + "\n0\t1\t1\t0.5\t1\tsoon\n", "line 2: .*time 'soon'"),
+    (TSV_HEADER + "\n-3\t1\t1\t0.5\t1\t0.1\n", "line 2: .*idx -3 and label 1 must be >= 0"),
+    (TSV_HEADER + "\n3\t-2\t-2\t0.5\t1\t0.1\n", "line 2: .*idx 3 and label -2 must be >= 0"),
+    (TSV_HEADER + "\n3\t1\t-2\t0.0\t0\t0.1\n", r"line 2: .*predict -2 must be a class \(>= 0\) or -1"),
+    (TSV_HEADER + "\n3\t1\t-1\t0.5\t0\t0.1\n", r"line 2: .*an abstention \(predict -1\) certifies no radius"),
     (TSV_HEADER + "\n5\t1\t1\t0.5\t1\t0.1\n\n5\t1\t1\t0.5\t1\t0.1\n", "line 4: duplicate idx 5"),
 ])
 def test_read_errors_are_one_line(tmp_path, content, match):
@@ -110,6 +114,16 @@ def test_read_errors_are_one_line(tmp_path, content, match):
     with pytest.raises(RsmoothError, match=match) as err:
         read_certify_tsv(path)
     assert "\n" not in str(err.value) and str(path) in str(err.value)
+
+
+def test_impossible_rows_are_not_written(tmp_path):
+    with CertifyWriter(tmp_path / "w.tsv") as w:
+        for row, match in (((0, 1, -1, 0.5), "idx 0: an abstention"), ((-1, 1, 1, 0.5), "idx -1: idx -1 and label 1"),
+                           ((2, 1, 1, float("nan")), "idx 2: radius nan must be finite")):
+            with pytest.raises(RsmoothError, match=match):
+                w.write(*row, False, 0.1)
+        w.write(0, 1, -1, 0.0, False, 0.1)  # an abstention as Cohen et al.'s CERTIFY returns it
+    assert read_certify_tsv(tmp_path / "w.tsv").predict.tolist() == [-1]
 
 
 def test_missing_file(tmp_path):

@@ -534,7 +534,7 @@ def test_a_certification_still_running_is_shown_so_far(tmp_path):
     tsv.parent.mkdir(parents=True)
     with CertifyWriter(tsv) as w:
         for i in range(40):
-            w.write(i * 10, i % 10, i % 10 if i % 4 else -1, 0.5, bool(i % 4), 9.0)
+            w.write(i * 10, i % 10, *((i % 10, 0.5) if i % 4 else (-1, 0.0)), bool(i % 4), 9.0)
     write_sidecar(tsv, {"complete": False, "mode": "certify", "n0": 100, "n": 100_000, "num_examples": 1000})
     text = reproduce("catrs:table4", str(tmp_path), budget="paper,test=0.1", seeds=1, methods=["gaussian"],
                      sigmas=[0.25], collect=True)

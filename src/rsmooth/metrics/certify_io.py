@@ -124,13 +124,29 @@ def _parse_row(line: str) -> Tuple[int, int, int, float, bool, float]:
         radius = float(radius_s)
     except ValueError:
         raise ValueError(f"radius {radius_s!r} is not a number") from None
-    if not (math.isfinite(radius) and radius >= 0.0):
-        raise ValueError(f"radius {radius_s!r} must be finite and >= 0")
+    wrong = row_problem(idx, label, predict, radius)
+    if wrong:
+        raise ValueError(wrong)
     correct = _parse_correct(correct_s)
     if correct != (predict == label):  # every public codebase writes int(prediction == label)
         raise ValueError(f"correct {correct_s} contradicts predict {predict} and label {label} "
                          f"(correct is predict == label)")
     return idx, label, predict, radius, correct, _parse_time(time_s)
+
+
+def row_problem(idx: int, label: int, predict: int, radius: float) -> str:
+    """What makes a row impossible ("" when nothing): a negative idx or label, a predict below -1
+    (``ABSTAIN``), a radius that is not finite and >= 0, or an abstention with a radius (Cohen et
+    al.'s CERTIFY returns ``(ABSTAIN, 0.0)``)."""
+    if idx < 0 or label < 0:
+        return f"idx {idx} and label {label} must be >= 0"
+    if predict < -1:
+        return f"predict {predict} must be a class (>= 0) or -1 (abstain)"
+    if not (math.isfinite(radius) and radius >= 0.0):
+        return f"radius {radius!r} must be finite and >= 0"
+    if predict == -1 and radius != 0.0:
+        return f"an abstention (predict -1) certifies no radius, got radius {radius!r}"
+    return ""
 
 
 def _split_lines(text: str) -> List[str]:
@@ -212,8 +228,9 @@ def format_row(idx: int, label: int, predict: int, radius: float, correct: Any,
     """One TSV line (without newline): radius as ``repr(float)``, correct 0/1, time in
     seconds with 4 decimals."""
     radius = float(radius)
-    if not (math.isfinite(radius) and radius >= 0.0):
-        raise RsmoothError(f"radius must be finite and >= 0, got {radius!r} (idx {idx})")
+    wrong = row_problem(int(idx), int(label), int(predict), radius)
+    if wrong:
+        raise RsmoothError(f"cannot write the row of idx {idx}: {wrong}")
     if isinstance(time, datetime.timedelta):
         time = time.total_seconds()
     return (f"{int(idx)}\t{int(label)}\t{int(predict)}\t{radius!r}\t"
