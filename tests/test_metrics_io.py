@@ -220,3 +220,21 @@ def test_sidecar_errors(tmp_path):
     with pytest.raises(RsmoothError, match="cannot write sidecar"):
         write_sidecar(tsv, {"x": object()})
     assert sidecar_path(tsv).read_text() == "[1, 2]"  # failed write leaves the old file
+
+
+@pytest.mark.parametrize("field,value,need", [
+    ("sigma", -1, "sigma -1 must be a number > 0"), ("sigma", True, "sigma True must be a number > 0"),
+    ("alpha", 5, r"alpha 5 must be a number in \(0, 1\)"), ("n", "big", "n 'big' must be an integer >= 1"),
+    ("n0", 0, "n0 0 must be an integer >= 1"), ("n_max", 2.5, "n_max 2.5 must be an integer >= 1"),
+    ("num_examples", -1, "num_examples -1 must be an integer >= 0"),
+    ("radii", "x", "radii 'x' must be a list of numbers >= 0"), ("radii", [0.5, -1], "radii .* numbers >= 0"),
+    ("complete", "yes", "complete 'yes' must be true or false"), ("mode", 3, "mode 3 must be a string"),
+])
+def test_a_damaged_sidecar_is_one_line(tmp_path, field, value, need):
+    """The fields readers compute with are checked when read (a hand-edited or damaged file)."""
+    tsv = tmp_path / "out.tsv"
+    sidecar_path(tsv).write_text(json.dumps({"sigma": 0.25, "n0": 100, "n": 1000, "alpha": 0.001, field: value}))
+    with pytest.raises(RsmoothError, match=f"out.tsv.json: damaged sidecar: {need}; rerun the certify command"):
+        read_sidecar(tsv)
+    sidecar_path(tsv).write_text(json.dumps({"sigma": 0.25, "n0": None, "radii": None, field: None}))
+    assert read_sidecar(tsv)[field] is None  # null: not recorded (predict has no n0)

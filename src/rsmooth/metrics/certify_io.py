@@ -396,4 +396,31 @@ def read_sidecar(tsv_path: PathLike) -> Optional[dict]:
     if not isinstance(meta, dict):
         raise RsmoothError(f"{path}: sidecar JSON must be an object, got "
                            f"{type(meta).__name__}")
+    wrong = next((f"{key} {meta[key]!r} {need}" for key, (ok, need) in _SIDECAR_FIELDS.items()
+                  if meta.get(key) is not None and not ok(meta[key])), "")
+    if wrong:
+        raise RsmoothError(f"{path}: damaged sidecar: {wrong}; rerun the certify command with --overwrite")
     return meta
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+#: the sidecar fields readers compute with: (whether a value other than null is sound, what it must be)
+_SIDECAR_FIELDS = {
+    "sigma": (lambda v: _number(v) and v > 0, "must be a number > 0"),
+    "alpha": (lambda v: _number(v) and 0 < v < 1, "must be a number in (0, 1)"),
+    "n0": (_count, "must be an integer >= 1"),
+    "n": (_count, "must be an integer >= 1"),
+    "n_max": (_count, "must be an integer >= 1"),
+    "num_examples": (lambda v: _count(v) or v == 0, "must be an integer >= 0"),
+    "radii": (lambda v: isinstance(v, list) and all(_number(r) and r >= 0 for r in v),
+              "must be a list of numbers >= 0"),
+    "complete": (lambda v: isinstance(v, bool), "must be true or false"),
+    "mode": (lambda v: isinstance(v, str), "must be a string"),
+}
