@@ -229,6 +229,7 @@ def test_sidecar_errors(tmp_path):
     ("num_examples", -1, "num_examples -1 must be an integer >= 0"),
     ("radii", "x", "radii 'x' must be a list of numbers >= 0"), ("radii", [0.5, -1], "radii .* numbers >= 0"),
     ("complete", "yes", "complete 'yes' must be true or false"), ("mode", 3, "mode 3 must be a string"),
+    ("sessions", "x", "sessions 'x' must be a list of objects"),
 ])
 def test_a_damaged_sidecar_is_one_line(tmp_path, field, value, need):
     """The fields readers compute with are checked when read (a hand-edited or damaged file)."""

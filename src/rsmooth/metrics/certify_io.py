@@ -423,4 +423,5 @@ _SIDECAR_FIELDS = {
               "must be a list of numbers >= 0"),
     "complete": (lambda v: isinstance(v, bool), "must be true or false"),
     "mode": (lambda v: isinstance(v, str), "must be a string"),
+    "sessions": (lambda v: isinstance(v, list) and all(isinstance(e, dict) for e in v), "must be a list of objects"),
 }
