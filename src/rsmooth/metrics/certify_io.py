@@ -411,7 +411,7 @@ def _count(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 1
 
 
-#: the sidecar fields readers compute with: (whether a value other than null is sound, what it must be)
+#: the sidecar fields rsmooth computes with or extends: (whether a value other than null is sound, what it must be)
 _SIDECAR_FIELDS = {
     "sigma": (lambda v: _number(v) and v > 0, "must be a number > 0"),
     "alpha": (lambda v: _number(v) and 0 < v < 1, "must be a number in (0, 1)"),
