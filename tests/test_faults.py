@@ -384,7 +384,7 @@ certify = ["certify", "--checkpoint", {str(ref)!r}, "--n", "20", "--n0", "10", "
 codes = [main(targets), main(trains)]
 for name in os.listdir():
     subprocess.run(["rm", "-r", name], check=True)
-size("12k")
+size("16k")
 codes.append(main(certify))
 size("4m")
 codes += [main(targets), main(trains), main(certify)]

@@ -63,6 +63,9 @@ def test_killed_run_resumes_to_identical_targets(ckpt, tmp_path):
         compute_targets(str(ckpt), str(tmp_path / "b.npy"), num_samples=40, **QUIET)
     resumed = np.load(compute_targets(str(ckpt), str(tmp_path / "b.npy"), num_samples=30, **QUIET))
     assert np.array_equal(full, resumed)
+    sessions = json.loads((tmp_path / "b.npy.json").read_text())["sessions"]  # the two invocations
+    assert [e["blocks_done"] for e in sessions] == [0, 2] and set(sessions[1]) == {
+        "began", "blocks_done", "git_commit", "versions", "channels_last", "compile"}
     counts = full * 30
     assert np.allclose(counts, np.round(counts), atol=1e-4)  # multiples of 1/N
 

@@ -45,6 +45,7 @@ from .checkpoint import (LoadedModel, file_sha256, git_commit, load_model, resol
 from .diffusion import log_cost, with_diffusion
 from .seeding import generator, validate_seed
 from .seqfile import SEQUENTIAL_MODES, SeqWriter, adopt_legacy, sequential_path
+from .sessions import past_sessions, session
 from .shards import (CERTIFY, RUN_IDENTITY, clean_merged, identity_diff, lock_path, merge_certify, parse_shard,
                      shard_path, shard_share, sort_rows)
 from ..progress import Heartbeat, emit, heartbeat_interval, progress_bar
@@ -503,7 +504,8 @@ def _certify_into(r: Resolved, out_path: Path, indices: List[int], meta: dict,
             if resume and writer.done_indices:
                 r.log(f"continuing {out_path}: {len(indices) - len(todo)} of {len(indices)} examples done")
             if todo:
-                meta["sessions"].append(_session(meta, len(indices) - len(todo)))
+                where = {"done": len(indices) - len(todo)}
+                meta["sessions"].append(session(where, {k: meta.get(k) for k in SESSION_FIELDS}))
                 write_sidecar(out_path, {**meta, "complete": False})
             shard = meta.get("shard")
             desc = _run_name(r.job.mode) + ("" if shard is None else f" (shard {shard[0]}/{shard[1]})")
@@ -536,32 +538,13 @@ def _start_sidecar(out_path: Path, meta: dict, overwrite: bool) -> bool:
         if diff:
             raise _other_run(out_path, old, meta, diff[0])
         meta["started"] = old.get("started", meta["started"])
-    meta["sessions"] = _past_sessions(old)
+    meta["sessions"] = past_sessions(old, {"done": 0}, SESSION_FIELDS)
     write_sidecar(out_path, {**meta, "complete": False})
     return resume
 
 
 #: what each invocation that certified into a file records in its sidecar's ``sessions``
 SESSION_FIELDS = ("git_commit", "versions", "device", "batch_size", "channels_last", "compile")
-
-
-def _past_sessions(old: Optional[dict]) -> List[dict]:
-    """The ``sessions`` of the run a sidecar ``old`` describes (none for a new run).  A sidecar
-    written before rsmooth recorded them gives one entry for all its invocations, with the last
-    one's code and settings."""
-    if old is None:
-        return []
-    if "sessions" in old:
-        return list(old["sessions"])
-    return [{"began": old.get("started"), "done": 0, **{k: old.get(k) for k in SESSION_FIELDS},
-             "note": "every invocation before sessions were recorded; the code and settings of the last"}]
-
-
-def _session(meta: dict, done: int) -> dict:
-    """This invocation's entry in ``sessions``: when it began, how many examples were done then,
-    and the code and settings it certifies with (a run continued across commits says which)."""
-    return {"began": datetime.datetime.now().isoformat(timespec="seconds"), "done": done,
-            **{k: meta.get(k) for k in SESSION_FIELDS}}
 
 
 def _check_out(out: str, checkpoint: Path, overwrite: bool) -> None:

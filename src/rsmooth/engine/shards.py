@@ -28,6 +28,7 @@ from ..fileio import atomic_write_bytes, remove_stale_temps, run_lock
 from ..metrics import read_certify_tsv, read_sidecar, sidecar_path, write_sidecar
 from ..metrics.certify_io import TSV_HEADER
 from .seqfile import SEQUENTIAL_MODES, adopt_legacy, legacy_sequential_path, seq_rows, sequential_path, write_seq_rows
+from .sessions import shard_sessions
 
 Shard = Tuple[int, int]
 PathLike = Union[str, Path]
@@ -386,7 +387,7 @@ def _join_certify(out: Path, shards: List[Tuple[Path, dict]]) -> Tuple[dict, Cal
     merged.update(num_examples=len(rows), merged_shards=len(shards),
                   device=", ".join(dict.fromkeys(str(m.get("device")) for _, m in shards)),
                   started=min(str(m.get("started", "")) for _, m in shards),
-                  sessions=[{"shard": m["shard"], **e} for _, m in shards for e in m.get("sessions", [])],
+                  sessions=shard_sessions(shards),
                   finished=datetime.datetime.now().isoformat(timespec="seconds"))
     sequential = first.get("mode") in SEQUENTIAL_MODES
     seq = sorted(row for p, _ in shards for row in seq_rows(adopt_legacy(p))) if sequential else []

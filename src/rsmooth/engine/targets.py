@@ -43,9 +43,10 @@ from ..metrics import read_sidecar
 from ..paths import check_output_file
 from ..progress import Heartbeat, heartbeat_interval, progress_bar
 from ..smoothing import DEFAULT_BATCH_SIZE, Smooth, validate_count, validate_sigma
-from .checkpoint import file_sha256, resolve_checkpoint_path, resolve_device, load_model, versions
+from .checkpoint import file_sha256, git_commit, resolve_checkpoint_path, resolve_device, load_model, versions
 from . import distributed
 from .seeding import generator, validate_seed
+from .sessions import past_sessions, session, shard_sessions
 from .shards import (CERTIFY, PathLike, ShardKind, TARGETS_KIND, clean_merged, identity_diff, int_field, lock_path,
                      merge_shards, parse_shard, shard_names, shard_path, shard_share)
 
@@ -54,6 +55,8 @@ BLOCK = 256
 #: metadata fields that must agree for a run to continue partial files
 _IDENTITY = ("dataset", "split", "data_fingerprint", "checkpoint_sha256", "sigma", "num_samples",
              "augment", "seed")
+#: what each invocation that computed into a targets file records in its ``sessions``
+_SESSION_FIELDS = ("git_commit", "versions", "channels_last", "compile")
 
 
 def _meta_path(out: Path) -> Path:
@@ -192,7 +195,8 @@ class TargetsJob:
                 "data_fingerprint": data.fingerprint(), "checkpoint": str(loaded.path),
                 "checkpoint_sha256": file_sha256(loaded.path), "arch": loaded.arch, "sigma": sigma,
                 "num_samples": self.num_samples, "augment": bool(self.augment), "seed": self.seed,
-                "num_classes": loaded.num_classes, **smooth.mode(), "versions": versions()}
+                "num_classes": loaded.num_classes, **smooth.mode(), "versions": versions(),
+                "git_commit": git_commit()}
         n, seed = len(data), self.seed
 
         def votes(b: int) -> np.ndarray:
@@ -285,10 +289,15 @@ def _compute(out_path: Path, blocks: List[int], meta: dict, work: _Work) -> Path
                     f"starting over")
             else:
                 log(f"continuing {out_path}: {int(done.sum())} of {len(done)} blocks done")
+        meta = {**meta, "sessions": past_sessions(None if done is None else old, {"blocks_done": 0}, _SESSION_FIELDS)}
         if done is None:
             _write_json(files.meta, {**meta, "complete": False})
             done = files.create(rows, k, len(blocks))
         todo = [j for j in range(len(done)) if not done[j]]
+        if todo:
+            where = {"blocks_done": len(done) - len(todo)}
+            meta["sessions"].append(session(where, {f: meta.get(f) for f in _SESSION_FIELDS}))
+            _write_json(files.meta, {**meta, "complete": False})
         left = sum(min(BLOCK, n - blocks[j] * BLOCK) for j in todo)
         bar = progress_bar(total=rows, initial=rows - left, desc="targets", enabled=work.progress)
         desc = "targets" if meta.get("shard") is None else f"targets (shard {meta['shard'][0]}/{meta['shard'][1]})"
@@ -354,7 +363,7 @@ def _join(out: Path, shards: List[Tuple[Path, dict]]) -> Tuple[dict, Callable[[]
         _check_frequencies(part, p, (rows, freqs.shape[1]), remake)
         for b, o in zip(share, offsets):
             freqs[b * BLOCK:min((b + 1) * BLOCK, n)] = part[o:o + min(BLOCK, n - b * BLOCK)]
-    merged = {f: v for f, v in first.items() if f not in TARGETS.shard_fields}
+    merged = {**{f: v for f, v in first.items() if f not in TARGETS.shard_fields}, "sessions": shard_sessions(shards)}
     return merged, lambda: atomic_write(out, lambda f: np.save(f, freqs)), ""
 
 

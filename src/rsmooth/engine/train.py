@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import functools
 import json
 import math
@@ -54,6 +53,7 @@ from . import distributed
 from .distributed import World
 from .preempt import CheckpointClock, StopSignals, parse_checkpoint_every
 from .seeding import derive_seed, generator, validate_seed
+from .sessions import past_sessions, session
 
 #: learning rate and epochs when none is given (the CAT-RS authors' scripts); presets refine
 #: these per paper
@@ -621,15 +621,12 @@ def _sessions(ck: Optional[Dict[str, Any]], start_epoch: int, partial: Optional[
               w: World, device: torch.device) -> List[Dict[str, Any]]:
     """The run's ``sessions`` (checkpoint and config.json): every invocation that trained it, with
     where it began (epoch, step), when, and its code, world size and device; this one appended when
-    it has epochs to train.  A checkpoint of an earlier rsmooth gives one entry for all its invocations."""
-    past = [] if ck is None else list(ck.get("sessions") or [{
-        "began": None, "epoch": 0, "step": 0, "git_commit": ck.get("git_commit"), "versions": ck.get("versions"),
-        "world_size": ck.get("world_size"),
-        "note": "every invocation before sessions were recorded; the code of the last"}])
+    it has epochs to train."""
+    past = past_sessions(ck, {"epoch": 0, "step": 0}, ("git_commit", "versions", "world_size"))
     if start_epoch < c.epochs:
-        past.append({"began": datetime.datetime.now().isoformat(timespec="seconds"), "epoch": start_epoch,
-                     "step": partial["steps"] if partial else 0, "git_commit": git_commit(), "versions": versions(),
-                     "world_size": w.size, "device": str(device)})
+        past.append(session({"epoch": start_epoch, "step": partial["steps"] if partial else 0},
+                            {"git_commit": git_commit(), "versions": versions(), "world_size": w.size,
+                             "device": str(device)}))
     return past
 
 
