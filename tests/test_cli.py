@@ -74,7 +74,8 @@ def test_certification_resumes_to_the_same_file(trained, tmp_path, capsys):
 def test_each_invocation_is_a_session_of_the_sidecar(trained, tmp_path, capsys):
     """A run continued after a kill records every invocation that certified into it: when it
     began, how many examples were done, and the code and settings it ran with."""
-    args = ["certify", "--checkpoint", trained, "--n", 300, "--max", 4, "--batch-size", 100, "--out", tmp_path / "c.tsv"]
+    args = ["certify", "--checkpoint", trained, "--n", 300, "--max", 4, "--batch-size", 100,
+            "--out", tmp_path / "c.tsv"]
     sidecar = tmp_path / "c.tsv.json"
     assert run(capsys, *args)[0] == 0
     first = json.loads(sidecar.read_text())["sessions"]
