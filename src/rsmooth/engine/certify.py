@@ -524,6 +524,10 @@ def _certify_into(r: Resolved, out_path: Path, indices: List[int], meta: dict,
     return len(todo) if count_todo else out_path
 
 
+#: what each invocation that certified into a file records in its sidecar's ``sessions``
+SESSION_FIELDS = ("git_commit", "versions", "device", "batch_size", "channels_last", "compile")
+
+
 def _start_sidecar(out_path: Path, meta: dict, overwrite: bool) -> bool:
     """Write ``out_path``'s sidecar as incomplete; returns whether the run continues the one there
     (which must be the same run: it keeps its start time and its ``sessions``)."""
@@ -541,10 +545,6 @@ def _start_sidecar(out_path: Path, meta: dict, overwrite: bool) -> bool:
     meta["sessions"] = past_sessions(old, {"done": 0}, SESSION_FIELDS)
     write_sidecar(out_path, {**meta, "complete": False})
     return resume
-
-
-#: what each invocation that certified into a file records in its sidecar's ``sessions``
-SESSION_FIELDS = ("git_commit", "versions", "device", "batch_size", "channels_last", "compile")
 
 
 def _check_out(out: str, checkpoint: Path, overwrite: bool) -> None:
