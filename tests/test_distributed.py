@@ -174,6 +174,50 @@ def test_killed_shard_resumes_and_merges_the_same(model, one, tmp_path):
     assert rows(out) == rows(one / "slow.tsv") and part.exists()
 
 
+def interrupted(one_file, out, keep=4):
+    """``out``: the first ``keep`` rows of the one-process file ``one_file`` (their time column set
+    to 123, to tell copied rows from recomputed ones) and half of the next, incomplete, as a
+    one-process run killed mid-write leaves it."""
+    lines = Path(one_file).read_text().splitlines(keepends=True)
+    kept = ["\t".join([*ln.split("\t")[:5], "123\n"]) for ln in lines[1:keep + 1]]
+    out.write_text("".join([lines[0], *kept, lines[keep + 1][:7]]))
+    meta = json.loads(Path(f"{one_file}.json").read_text())
+    Path(f"{out}.json").write_text(json.dumps({**meta, "complete": False}))
+    for ext in (".seq",):
+        if Path(f"{one_file}{ext}").exists():
+            seq = Path(f"{one_file}{ext}").read_text().splitlines(keepends=True)
+            Path(f"{out}{ext}").write_text("".join(seq[:keep + 2]))  # one row more than the TSV has
+    return [ln.split("\t")[0] for ln in kept]
+
+
+def test_an_interrupted_one_process_run_continues_as_shards(model, one, tmp_path, capsys):
+    out = tmp_path / "c.tsv"
+    copied = interrupted(one / "fast.tsv", out)
+    assert certify(model, out, *FAST, "--shard", "1/2") == 0
+    assert f"c.shard-1-of-2.tsv: continues {out}, which holds 2 of its 5 examples" in capsys.readouterr().out
+    assert certify(model, out, *FAST, "--shard", "0/2") == 0
+    assert main(["merge", str(out)]) == 0
+    assert rows(out) == rows(one / "fast.tsv")
+    times = {ln.split("\t")[0]: ln.split("\t")[5] for ln in out.read_text().splitlines()[1:]}
+    assert [i for i, t in times.items() if t == "123"] == copied  # taken from OUT, not certified again
+    sessions = json.loads(Path(f"{out}.json").read_text())["sessions"]
+    assert [(e.get("from"), e.get("shard"), e["done"]) for e in sessions] == \
+        [("c.tsv", None, 0), (None, [0, 2], 2), (None, [1, 2], 2)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.tsv", "c.tsv.json"]
+
+
+def test_a_shard_does_not_take_rows_from_a_run_still_writing_them(model, one, tmp_path, capsys):
+    from rsmooth.engine.shards import lock_path
+    from rsmooth.fileio import run_lock
+
+    out = tmp_path / "c.tsv"
+    interrupted(one / "fast.tsv", out)
+    with run_lock(lock_path(out), out):  # the one-process run, still going
+        assert certify(model, out, *FAST, "--shard", "0/2") == 2
+    assert f"another rsmooth process (pid {os.getpid()}) is writing {out}" in one_line(capsys)
+    assert not shard_path(out, (0, 2)).exists()
+
+
 def test_merge_errors_are_one_line(model, tmp_path, capsys):
     out = tmp_path / "c.tsv"
     assert certify(model, out, *FAST, "--shard", "0/3") == 0
@@ -322,6 +366,24 @@ def test_sequential_shards_and_torchrun_give_the_one_process_files(model, tmp_pa
         [ln for ln in stdout.splitlines() if ln.startswith(f"certify {mode[0]}: 11 examples, ")], stdout
     assert stdout.count(f"certify {mode[0]}: 11 examples, ") == 1, stdout
     assert sorted(q.name for q in out.parent.iterdir()) == ["c.tsv", "c.tsv.json", "c.tsv.seq"]
+
+
+@pytest.mark.slow
+def test_torchrun_continues_an_interrupted_sequential_one_process_run(model, tmp_path):
+    flags = ["--sequential", "--radii", "0.25", "0.5", "--n-max", "3000", "--n0", "50", "--batch-size", "500",
+             "--device", "cpu", *SUBSET]
+    assert certify(model, tmp_path / "one.tsv", *flags) == 0
+    out = tmp_path / "c.tsv"
+    copied = interrupted(tmp_path / "one.tsv", out, keep=5)
+    p = torchrun("certify", "--checkpoint", model, *flags, "--out", out)
+    stdout, stderr = p.communicate(timeout=180)
+    assert p.returncode == 0, stderr
+    assert stdout.count(f"continues {out}") == 2, stdout  # rank 0 starts both shards
+    assert rows(out) == rows(tmp_path / "one.tsv")
+    assert Path(f"{out}.seq").read_text() == (tmp_path / "one.tsv.seq").read_text()
+    assert [ln.split("\t")[0] for ln in out.read_text().splitlines()[1:] if ln.endswith("\t123")] == copied
+    assert sorted(q.name for q in tmp_path.iterdir() if q.name.startswith("c.")) == \
+        ["c.tsv", "c.tsv.json", "c.tsv.seq"]
 
 
 @pytest.mark.slow

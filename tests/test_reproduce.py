@@ -171,7 +171,8 @@ def test_reproduce_imports_no_cli():
 
 def test_reproduce_runs_steps_through_the_function_it_is_handed(tmp_path):
     """The CLI hands main (steps in its process); a Python caller's default is a process per step."""
-    from rsmooth.reproduce.plan import Step, run_steps
+    from rsmooth.reproduce.plan import Step
+    from rsmooth.reproduce.run import run_steps
 
     ran = []
     steps = [Step("certify", f"step {k}", ["--version"], tmp_path / f"out{k}") for k in range(2)]
@@ -183,7 +184,8 @@ def test_reproduce_runs_steps_through_the_function_it_is_handed(tmp_path):
 
 @pytest.mark.slow
 def test_python_callers_run_each_step_in_a_process_of_its_own(tmp_path, monkeypatch):
-    from rsmooth.reproduce.plan import Step, run_steps
+    from rsmooth.reproduce.plan import Step
+    from rsmooth.reproduce.run import run_steps
 
     monkeypatch.setenv("PYTHONPATH", SUBPROCESS_ENV["PYTHONPATH"])
     with pytest.raises(RsmoothError, match="step 'step 0' failed"):  # python -m rsmooth --no-such-flag: status 2
@@ -513,16 +515,17 @@ def test_intervals_inside_and_stage_costs_against_scipy(tmp_path):
 
 
 def test_the_parallel_status_shows_each_running_steps_latest_line(tmp_path):
-    from rsmooth.reproduce.plan import Step, _status, last_line
+    from rsmooth.reproduce.plan import Step
+    from rsmooth.reproduce.run import Task, _status, last_line
 
     log = tmp_path / "a.log"
     log.write_bytes(b"epoch 1/90 done\n" + b"x" * 5000 + b"\nepoch 2/90: 30/235 steps\r\n\n")
     assert last_line(log) == "epoch 2/90: 30/235 steps" and last_line(tmp_path / "none.log") == ""
     lines = []
-    _status({1: (Step("train", "train fashion-mnist gaussian_0.25 seed 0", [], tmp_path), log),
-             2: (Step("certify", "certify x", [], tmp_path), tmp_path / "empty.log")}, lines.append)
+    _status({1: (Task(Step("train", "train fashion-mnist gaussian_0.25 seed 0", [], tmp_path)), log),
+             2: (Task(Step("certify", "certify x", [], tmp_path), (1, 2)), tmp_path / "empty.log")}, lines.append)
     assert lines == ["   train fashion-mnist gaussian_0.25 seed 0: epoch 2/90: 30/235 steps",
-                     "   certify x: (no output yet)"]
+                     "   certify x, shard 1/2: (no output yet)"]
 
 
 def test_a_certification_still_running_is_shown_so_far(tmp_path):
@@ -557,3 +560,68 @@ def test_collect_on_a_folder_that_does_not_exist_writes_nothing(tmp_path, capsys
     printed = capsys.readouterr().out
     assert f"Note: {out} does not exist, so this table is empty and written nowhere; check --out" in printed
     assert "| 0.25 | Gaussian | ours | - |" in printed and not (tmp_path / "typo").exists()
+
+
+# ----------------------------------------------------------------------------- --jobs K and idle cores
+
+SUBSET = ["--start", "1", "--skip", "3", "--max", "11", "--device", "cpu", "--n0", "50"]
+
+
+@pytest.fixture(scope="module")
+def digits_model(tmp_path_factory):
+    out = tmp_path_factory.mktemp("model")
+    assert main(["train", "--dataset", "digits", "--sigma", "0.25", "--epochs", "2", "--out", str(out)]) == 0
+    return out
+
+
+def certify_step(model, out, n):
+    from rsmooth.reproduce.plan import Step
+
+    argv = ["certify", "--checkpoint", str(model), *SUBSET, "--n", str(n), "--batch-size", "1000", "--out", str(out)]
+    return Step("certify", f"certify {out.stem}", argv, out, [], 3)
+
+
+def columns(path):
+    """Every column but time, line by line."""
+    return [line.split("\t")[:5] for line in Path(path).read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_jobs_k_keep_every_core_busy_while_certifying(digits_model, tmp_path, monkeypatch):
+    """A certification started with two slots free runs as two shards; one running alone when the
+    other step ends is stopped and continued as shards; both merge into the one-process files."""
+    from rsmooth.reproduce.run import run_steps
+
+    monkeypatch.setenv("PYTHONPATH", SUBPROCESS_ENV["PYTHONPATH"])
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    for name, n in (("a", 400), ("b", 20_000)):
+        assert main(certify_step(digits_model, tmp_path / "one" / f"{name}.tsv", n).argv) == 0
+    lines = []
+    run_steps([certify_step(digits_model, tmp_path / "a.tsv", 400)], 2, tmp_path / "logs", log=lines.append)
+    assert [ln for ln in lines if ln.startswith("==")] == [
+        f"== [1/1] certify a, shard {i}/2 (log: {tmp_path}/logs/certify_a_shard_{i}-2.log)" for i in (0, 1)]
+    assert columns(tmp_path / "a.tsv") == columns(tmp_path / "one" / "a.tsv")
+
+    lines.clear()
+    steps = [certify_step(digits_model, tmp_path / "b.tsv", 20_000), certify_step(digits_model, tmp_path / "c.tsv", 400)]
+    run_steps(steps, 2, tmp_path / "logs", log=lines.append)
+    assert "   1 idle: certify b continues as 2 shards" in lines, lines
+    assert any(ln.startswith("   merged 2 shards into") for ln in lines), lines
+    assert columns(tmp_path / "b.tsv") == columns(tmp_path / "one" / "b.tsv")
+    sessions = json.loads((tmp_path / "b.tsv.json").read_text())["sessions"]
+    assert [e.get("shard") for e in sessions if "from" not in e] == [[0, 2], [1, 2]], sessions
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [
+        "a.tsv", "a.tsv.json", "b.tsv", "b.tsv.json", "c.tsv", "c.tsv.json"]
+
+
+def test_shards_a_killed_reproduction_left_are_continued_with_their_count(digits_model, tmp_path):
+    from rsmooth.reproduce.run import run_steps
+
+    step = certify_step(digits_model, tmp_path / "a.tsv", 200)
+    assert main([*step.argv, "--shard", "2/3"]) == 0  # what a killed --jobs 3 run left
+    ran, lines = [], []
+    run_steps([step], 1, tmp_path / "logs", log=lines.append, run_step=lambda argv: ran.append(argv) or main(argv))
+    assert [argv[-2:] for argv in ran] == [["--shard", f"{i}/3"] for i in range(3)]
+    assert lines[-1] == f"merged 3 shards into {tmp_path / 'a.tsv'}: 11 examples"
+    one = tmp_path / "one.tsv"
+    assert main([*step.argv[:-1], str(one)]) == 0 and columns(tmp_path / "a.tsv") == columns(one)

@@ -302,3 +302,29 @@ def test_keep_shards_merges_shards_on_a_read_only_mount(tmp_path, monkeypatch, c
 def test_shard_count_zero_says_the_count():
     with pytest.raises(RsmoothError, match=r"--shard 0/0: the shard count K must be >= 1"):
         parse_shard("0/0")
+
+
+def test_a_certification_continued_as_shards_is_read_so_far_each_example_once(tmp_path):
+    """--collect while shards continue a one-process run: OUT's rows and the shards', once each
+    (the shards copied OUT's rows of their share), a last line being written left out."""
+    from rsmooth.engine.shards import certify_so_far
+
+    out = tmp_path / "c.tsv"
+    assert certify_so_far(out) == (None, None)
+
+    def tsv(p, idx, cut=""):
+        p.write_text(TSV_HEADER + "\n" + "".join(format_row(j, 1, 1, 0.5, True, 2.0) + "\n" for j in idx) + cut)
+
+    shard_meta = {**CERTIFY_META, "mode": "certify", "complete": False, "subset_size": SIZE}
+    for i, idx in ((0, [1, 7, 13]), (1, [4, 10])):
+        tsv(shard_path(out, (i, 2)), idx, cut="16\t1\t" if i else "")
+        Path(f"{shard_path(out, (i, 2))}.json").write_text(json.dumps({**shard_meta, "shard": [i, 2]}))
+    res, meta = certify_so_far(out)  # started as shards: no OUT
+    assert res.idx.tolist() == [1, 4, 7, 10, 13] and meta["num_examples"] == SIZE and "shard" not in meta
+    tsv(out, [1, 4, 7, 10], cut="13\t")
+    Path(f"{out}.json").write_text(json.dumps({**CERTIFY_META, "complete": False, "num_examples": SIZE}))
+    res, meta = certify_so_far(out)
+    assert res.idx.tolist() == [1, 4, 7, 10, 13] and res.time.tolist() == [2.0] * 5 and not meta["complete"]
+    tsv(out, [1])
+    Path(f"{out}.json").write_text(json.dumps({**CERTIFY_META, "num_examples": 1}))  # complete: OUT alone
+    assert certify_so_far(out)[0].idx.tolist() == [1]

@@ -137,7 +137,8 @@ def test_reproduce_replaces_linked_table_results_and_commands(tmp_path, victim):
 
 
 def test_reproduce_step_logs_refuse_links(tmp_path, victim):
-    from rsmooth.reproduce.plan import Step, run_steps
+    from rsmooth.reproduce.plan import Step
+    from rsmooth.reproduce.run import run_steps
 
     steps = [Step("train", f"step {k}", ["--version"], tmp_path / f"out{k}") for k in range(2)]
     _link(tmp_path / "logs" / "step_0.log", victim)  # the first step started

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 
 
 from ..errors import RsmoothError, check
-from ..fileio import remove_stale_temps, run_lock
+from ..fileio import atomic_write_bytes, remove_stale_temps, run_lock
 from ..metrics import (CertifyWriter, acr, certified_accuracy, read_certify_tsv, read_sidecar, sidecar_path,
                        write_sidecar)
 from ..metrics.certify_io import TSV_HEADER
@@ -44,7 +44,7 @@ from .checkpoint import (LoadedModel, file_sha256, git_commit, load_model, resol
                          resolve_device, versions)
 from .diffusion import log_cost, with_diffusion
 from .seeding import generator, validate_seed
-from .seqfile import SEQUENTIAL_MODES, SeqWriter, adopt_legacy, sequential_path
+from .seqfile import SEQUENTIAL_MODES, SeqWriter, adopt_legacy, seq_rows, sequential_path, write_seq_rows
 from .sessions import past_sessions, session
 from .shards import (CERTIFY, RUN_IDENTITY, clean_merged, identity_diff, lock_path, merge_certify, parse_shard,
                      shard_path, shard_share, sort_rows)
@@ -392,6 +392,7 @@ def _run_one_process(r: Resolved) -> Path:
 def _run_shard(r: Resolved) -> Path:
     """Shard I/K of the subset into its own file (``OUT`` with ``.shard-I-of-K``), merged later by
     :func:`~rsmooth.engine.shards.merge_certify`."""
+    _continue_as_shards(r, [r.shard])
     done = _certify_into(r, shard_path(r.out, r.shard), shard_share(r.indices, r.shard), _shard_meta(r))
     emit(summary_line(done), r.log)
     return done
@@ -412,6 +413,9 @@ def _run_ranks(r: Resolved) -> Path:
                 clean_merged(out, CERTIFY, shards, log=r.log)
                 emit(summary_line(out), r.log)
             return out
+        if world.main:
+            _continue_as_shards(r, [(k, world.size) for k in range(world.size)])
+        distributed.barrier(world, "rank 0's start of the shards")
         t0 = time.perf_counter()
         share = shard_share(r.indices, r.shard)
         todo = _certify_into(r, shard_path(out, r.shard), share, shard_meta, count_todo=True)
@@ -422,6 +426,37 @@ def _run_ranks(r: Resolved) -> Path:
             emit(summary_line(out), r.log)
         distributed.barrier(world, "rank 0's merge")  # every rank returns once OUT is there
     return out
+
+
+def _continue_as_shards(r: Resolved, shards: Sequence[Tuple[int, int]]) -> None:
+    """Start each of ``shards`` not yet begun with the rows of its share that OUT holds, where OUT
+    is a one-process run of the same settings (an interrupted certification continued as K
+    shards, by ``--shard`` jobs or ``torchrun``): the shards skip those examples and their merge
+    replaces OUT.  The shard's sessions begin with OUT's, each marked ``"from": OUT``."""
+    if r.job.overwrite or not r.out.is_file():
+        return
+    with run_lock(lock_path(r.out), r.out):  # no one-process run adds rows meanwhile
+        old = read_sidecar(r.out)
+        if old is None or "shard" in old or identity_diff(old, r.meta):
+            return  # a shard's, or another run's (which the merge refuses): nothing to continue
+        res = read_certify_tsv(r.out, growing=True)
+        text = r.out.read_text(encoding="utf-8")
+        lines = [ln + "\n" for ln in text[:text.rfind("\n") + 1].splitlines()[1:] if ln.strip()]
+        seq = dict(seq_rows(adopt_legacy(r.out))) if r.job.sequential else {}
+        sessions = [{**e, "from": r.out.name} for e in past_sessions(old, {"done": 0}, SESSION_FIELDS)]
+        for shard in shards:
+            path = shard_path(r.out, shard)
+            if path.exists():
+                continue
+            share = set(shard_share(r.indices, shard))
+            rows = [(i, ln) for i, ln in zip(res.idx.tolist(), lines) if i in share]
+            meta = {**r.meta, "shard": list(shard), "subset_size": len(r.indices), "num_examples": len(share)}
+            write_sidecar(path, {**meta, "started": old.get("started", meta["started"]), "sessions": sessions,
+                                 "complete": False})  # first: a kill before the TSV starts over
+            if r.job.sequential:
+                write_seq_rows(sequential_path(path), [(i, seq[i]) for i, _ in rows if i in seq])
+            atomic_write_bytes(path, "".join([TSV_HEADER + "\n", *(ln for _, ln in rows)]).encode("utf-8"))
+            r.log(f"{path}: continues {r.out}, which holds {len(rows)} of its {len(share)} examples")
 
 
 def _shard_meta(r: Resolved) -> Dict[str, Any]:

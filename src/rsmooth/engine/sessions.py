@@ -32,5 +32,11 @@ def session(where: Dict[str, Any], values: Dict[str, Any]) -> dict:
 
 def shard_sessions(shards: Sequence[tuple]) -> List[dict]:
     """The merged output's ``sessions``: every shard's (``(path, metadata)`` pairs), each entry
-    naming its shard."""
-    return [{"shard": meta["shard"], **e} for _, meta in shards for e in meta.get("sessions") or []]
+    naming its shard; first, once each, the entries of the one-process run the shards continued
+    (marked ``"from"``, copied into every shard it started)."""
+    entries = [(meta["shard"], e) for _, meta in shards for e in meta.get("sessions") or []]
+    before: List[dict] = []
+    for _, e in entries:
+        if "from" in e and e not in before:
+            before.append(e)
+    return before + [{"shard": s, **e} for s, e in entries if "from" not in e]

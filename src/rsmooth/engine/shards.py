@@ -25,8 +25,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..errors import RsmoothError, check
 from ..fileio import atomic_write_bytes, remove_stale_temps, run_lock
-from ..metrics import read_certify_tsv, read_sidecar, sidecar_path, write_sidecar
-from ..metrics.certify_io import TSV_HEADER
+import numpy as np
+
+from ..metrics import CertifyResult, read_certify_tsv, read_sidecar, sidecar_path, write_sidecar
+from ..metrics.certify_io import TSV_COLUMNS, TSV_HEADER
 from .seqfile import SEQUENTIAL_MODES, adopt_legacy, legacy_sequential_path, seq_rows, sequential_path, write_seq_rows
 from .sessions import shard_sessions
 
@@ -361,6 +363,27 @@ def _certify_progress(p: Path, meta: dict) -> str:
         if p.read_bytes().endswith(b"\n"):
             return f" ({len(read_certify_tsv(p))} of {meta.get('num_examples')} examples)"
     return f" (some of {meta.get('num_examples')} examples)"
+
+
+def certify_so_far(out: PathLike) -> Tuple[Optional[CertifyResult], Optional[dict]]:
+    """(rows, metadata) of a certification as far as it got: ``out``'s and, while it runs as
+    shards, the shards' (each example once, sorted by idx; a last line being written left out);
+    (None, None) when nothing is there.  The metadata are ``out``'s, or the first shard's as a
+    one-process run's (``num_examples``: the whole subset), and say incomplete until merged."""
+    out = Path(out)
+    meta = read_sidecar(out) if out.is_file() else None
+    if meta and meta.get("complete"):
+        return read_certify_tsv(out), meta
+    parts = [p for p in (out, *shard_names(out, CERTIFY).values()) if p.is_file() and sidecar_path(p).is_file()]
+    if not parts:
+        return None, meta
+    if meta is None:
+        first = read_sidecar(parts[0]) or {}
+        meta = {**{k: v for k, v in first.items() if k not in SHARD_FIELDS}, "num_examples": first.get("subset_size")}
+    found = [read_certify_tsv(p, growing=True) for p in parts]
+    cols = {c: np.concatenate([getattr(r, c) for r in found]) for c in TSV_COLUMNS}
+    _, first_seen = np.unique(cols["idx"], return_index=True)  # sorted by idx
+    return CertifyResult(**{c: v[first_seen] for c, v in cols.items()}, path=out), {**meta, "complete": False}
 
 
 def sort_rows(out: Path, sequential: bool) -> None:

@@ -17,7 +17,8 @@ from typing import Callable, Optional, Sequence
 from ..errors import RsmoothError, check
 from ..fileio import atomic_write_text
 from ..paths import check_output_dir
-from .plan import RunStep, Step, commands, plan, run_steps
+from .plan import Step, commands, plan
+from .run import RunStep, run_steps
 from .render import render
 from .spec import BUDGETS, TABLES, Budget, Row, TableSpec, get_table, parse_budget, select
 
@@ -80,7 +81,7 @@ def reproduce(table: str, out: str, *, budget: str = "small", seeds: Optional[in
     table of what is done, running nothing).  ``methods`` and ``sigmas`` keep only those rows;
     ``seeds`` defaults to the number the table's published values are over (5 for tables of means).
     With ``jobs`` 1 each step runs through ``run_step`` (its ``rsmooth`` arguments -> exit status;
-    default: a process of its own, :func:`~rsmooth.reproduce.plan.run_in_subprocess`)."""
+    default: a process of its own, :func:`~rsmooth.reproduce.run.run_in_subprocess`)."""
     from .plan import _train_sizes
 
     spec = get_table(table)

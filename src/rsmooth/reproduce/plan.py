@@ -1,6 +1,6 @@
 """The steps of a reproduction: ordinary ``rsmooth train`` / ``targets`` / ``certify`` commands,
 each writing its own run folder (so each is skipped when done and resumed when interrupted),
-run in this process, over K local processes, or printed for a cluster scheduler.
+run in this process, over K local processes (``run.py``), or printed for a cluster scheduler.
 
 Layout under ``OUT``: ``runs/<dataset>/<method>_<sigma>[_<hparams>]/seed<k>/`` (checkpoint.pt,
 certify.tsv), ``runs/<dataset>/targets_0.25/seed<k>.npy`` (CAT-RS consistency targets of the
@@ -9,16 +9,11 @@ sigma0 = 0.25 Gaussian model of that seed, shared by every sigma: Jeong, Kim, Sh
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import RsmoothError
-from ..fileio import atomic_write_text, open_nofollow
+from ..fileio import atomic_write_text
 from ..engine.pipeline import SIGMA0
 from ..presets import preset_config
 from .spec import Budget, Row, TableSpec, budget_protocol, scaled, split_size, target_samples
@@ -169,9 +164,6 @@ def plan(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path, *, da
     return sorted(steps.values(), key=lambda s: s.stage)
 
 
-# ----------------------------------------------------------------------------- running
-
-
 def done(step: Step) -> bool:
     """Whether ``step``'s output is complete (a finished step run again only checks and returns)."""
     import json
@@ -188,121 +180,6 @@ def done(step: Step) -> bool:
         return step.out.exists() and bool(json.loads(meta.read_text()).get("complete"))
     except (OSError, ValueError):
         return False
-
-
-#: how a step runs: its ``rsmooth`` arguments -> its exit status (the CLI hands its ``main``)
-RunStep = Callable[[List[str]], int]
-
-
-def run_steps(steps: Sequence[Step], jobs: int, logs: Path, log: Callable[[str], None] = print,
-              run_step: Optional[RunStep] = None) -> None:
-    """Run ``steps`` (in order, each through ``run_step``, by default :func:`run_in_subprocess`; or
-    ``jobs`` at a time as their inputs are ready, each in its own process with its log in ``logs``);
-    the first failure stops new steps and is raised."""
-    todo = [s for s in steps if not done(s)]
-    log(f"{len(steps) - len(todo)} of {len(steps)} steps already done")
-    if jobs == 1:
-        for k, s in enumerate(todo, 1):
-            log(f"== [{k}/{len(todo)}] {s.title}")
-            code = (run_step or run_in_subprocess)(s.argv)
-            if code in (130, 143):  # Ctrl-C / SIGTERM: the step stopped cleanly; so does the reproduction
-                raise KeyboardInterrupt
-            if code != 0:
-                raise RsmoothError(f"step '{s.title}' failed (see above); fix it and rerun the same command to continue")
-        return
-    _run_parallel(todo, jobs, logs, log)
-
-
-def run_in_subprocess(argv: List[str]) -> int:
-    """Run one step as ``python -m rsmooth ARGV`` in a process of its own (killed if this one dies),
-    its output on ours, and return its exit status; on Ctrl-C (which reaches it too) wait for it to
-    stop cleanly.  ``rsmooth reproduce`` runs its steps in its own process instead (the CLI hands
-    its ``main`` as ``run_step``)."""
-    proc = subprocess.Popen([sys.executable, "-m", "rsmooth", *argv],
-                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
-    try:
-        return proc.wait()
-    finally:
-        proc.wait()
-
-
-def _child_env(jobs: int) -> Dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
-    return env
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: the child is killed when the reproduce process dies (no orphans writing run folders)."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-#: with --jobs K, the reproduction's own log shows each running step's latest line this often (s)
-STATUS_EVERY = 600.0
-
-
-def last_line(path: Path, tail: int = 4096) -> str:
-    """The last non-empty line of a step's log (its latest heartbeat or epoch), "" if none."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, fh.seek(0, os.SEEK_END) - tail))
-            lines = fh.read().decode(errors="replace").replace("\r", "\n").splitlines()
-    except OSError:
-        return ""
-    return next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
-
-
-def _status(running: Dict[Any, Tuple[Step, Path]], log: Callable[[str], None]) -> None:
-    for step, path in running.values():
-        log(f"   {step.title}: {last_line(path) or '(no output yet)'}")
-
-
-def _run_parallel(todo: List[Step], jobs: int, logs: Path, log: Callable[[str], None]) -> None:
-    logs.mkdir(parents=True, exist_ok=True)
-    waiting, running = list(todo), {}
-    pending = {s.out for s in todo}
-    failed: Optional[Tuple[Step, Path]] = None
-    started, total, t0 = 0, len(todo), time.time()
-    status_at = t0 + STATUS_EVERY
-    while waiting or running:
-        if time.time() >= status_at and running:  # a heartbeat for whoever reads this log, not the steps'
-            _status(running, log)
-            status_at = time.time() + STATUS_EVERY
-        while failed is None and len(running) < jobs:
-            # the latest stage first: certificates early, the targets -> CAT-RS chain (the longest) soon
-            ready = max((s for s in waiting if not any(d in pending for d in s.deps)), key=lambda s: s.stage,
-                        default=None)
-            if ready is None:
-                break
-            waiting.remove(ready)
-            started += 1
-            path = logs / (ready.title.replace(" ", "_").replace("/", "-") + ".log")
-            with open_nofollow(path, "ab") as fh:
-                proc = subprocess.Popen([sys.executable, "-m", "rsmooth", *ready.argv], stdout=fh,
-                                        stderr=subprocess.STDOUT, env=_child_env(jobs),
-                                        preexec_fn=_die_with_parent if sys.platform == "linux" else None)
-            running[proc] = (ready, path)
-            log(f"== [{started}/{total}] {ready.title} (log: {path})")
-        if failed is not None and not running:
-            break
-        time.sleep(0.2)
-        for proc in [p for p in running if p.poll() is not None]:
-            step, path = running.pop(proc)
-            if proc.returncode != 0:
-                failed = failed or (step, path)
-            else:
-                pending.discard(step.out)
-                log(f"   done: {step.title} ({time.time() - t0:.0f}s since start)")
-    if failed is not None:
-        step, path = failed
-        tail = path.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-        raise RsmoothError(f"step '{step.title}' failed: {tail[0]} (log {path}); fix it and rerun to continue")
 
 
 def commands(steps: Sequence[Step], folder: Optional[Path] = None) -> str:

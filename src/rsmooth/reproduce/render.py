@@ -21,15 +21,15 @@ def row_results(spec: TableSpec, out: Path, seeds: Sequence[int]) -> List[Dict[i
     """Per row, per seed with certified examples: ``{"acr", "accuracy": {radius: %}, "complete",
     "of"}``; a certification still running (or stopped) gives the examples done so far (``of``:
     how many it certifies in all)."""
-    from ..metrics import acr, certified_accuracy, read_certify_tsv, read_sidecar
+    from ..engine.shards import certify_so_far
+    from ..metrics import acr, certified_accuracy
 
     results = []
     for row in spec.rows:
         per_seed = {}
         for seed in seeds:
             tsv = out / "runs" / row.dataset / row.key / f"seed{seed}" / "certify.tsv"
-            meta = read_sidecar(tsv) if tsv.exists() else None
-            res = None if meta is None else read_certify_tsv(tsv, growing=not meta.get("complete"))
+            res, meta = certify_so_far(tsv)
             if res is None or res.n == 0:
                 continue
             acc = certified_accuracy(res.radius, res.correct, list(spec.radii)) * 100

@@ -34,15 +34,14 @@ def certify_cost(tsv: Path) -> Optional[Dict[str, Any]]:
     of a certify TSV, so far if it is still being written (samples: n0 + n per example, CERTIFY's
     fixed cost, None for the modes whose cost varies; the pace: at the median example's time, which
     a suspended job or a busy hour does not move), or None without one."""
+    from ..engine.shards import certify_so_far
     from ..errors import RsmoothError
-    from ..metrics import read_certify_tsv, read_sidecar
 
     try:
-        meta = read_sidecar(tsv) or {}
-        res = read_certify_tsv(tsv, growing=not meta.get("complete"))
+        res, meta = certify_so_far(tsv)
     except RsmoothError:
         return None
-    if not res.n:
+    if res is None or not res.n:
         return None
     seconds, median = float(res.time.sum()), float(statistics.median(res.time.tolist()))
     per = (meta.get("n0") or 0) + meta["n"] if meta.get("mode", "certify") == "certify" and meta.get("n") else None
