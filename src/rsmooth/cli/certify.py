@@ -45,8 +45,9 @@ def _add_mode(sub: argparse._SubParsersAction, name: str, helptext: str) -> None
                    "example of the subset from position I (I = 0..K-1) into OUT with .shard-I-of-K before "
                    "its suffix (certify.tsv -> certify.shard-0-of-4.tsv); rerun to continue it, then "
                    "'rsmooth merge OUT' joins the K shards into the file one job writes. Under torchrun "
-                   "each rank takes shard RANK/WORLD_SIZE and rank 0 merges by itself (default: none, one "
-                   "job certifies the whole subset)")
+                   "each rank takes shard RANK/WORLD_SIZE and rank 0 merges by itself. A one-job run of "
+                   "OUT stopped part-way is continued: each shard starts with the rows of its share that "
+                   "OUT holds (default: none, one job certifies the whole subset)")
     if name == "certify":
         add_sequential_flags(c)
     add_corruption_flags(c)

@@ -31,7 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="only the rows of these noise levels, [0,1] pixel units (default: all)")
     rp.add_argument("--jobs", type=integer, default=1,
                     help="run up to K independent steps at once, each in its own process with its log in "
-                    "OUT/logs/ (every 10 minutes this command prints each running step's latest line; default: 1)")
+                    "OUT/logs/ (every 10 minutes this command prints each running step's latest line); "
+                    "processes no step needs certify: a certification runs as shards over them, merged when "
+                    "done (default: 1)")
     rp.add_argument("--print-commands", action="store_true",
                     help="print the steps as rsmooth commands, by stage (a stage's commands are independent: one "
                     "cluster job each), and run nothing; then --collect writes the table")

@@ -221,7 +221,9 @@ def run_certification(
     position I, into ``out`` with ``.shard-I-of-K`` before its suffix (resumable on its own);
     :func:`~rsmooth.engine.shards.merge_certify` joins the K shards into ``out``.  Under
     ``torchrun`` each rank certifies shard RANK/WORLD_SIZE and rank 0 merges them into ``out``
-    (only rank 0 logs); rerunning the same ``torchrun`` command continues every shard.
+    (only rank 0 logs); rerunning the same ``torchrun`` command continues every shard.  Shards of
+    an ``out`` that one process left part-way start with its rows of their share (so more processes
+    take over a run midway), and their merge replaces it.
     ``trust_pickle``: unpickle a checkpoint that needs more than tensors and
     ``argparse.Namespace`` (can run arbitrary code; see :func:`~rsmooth.engine.checkpoint.read_checkpoint`).
     ``trust_code``: build the ``module:factory`` a checkpoint names without ``arch`` naming it
