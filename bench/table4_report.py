@@ -84,7 +84,8 @@ def sessions(root: Path) -> list:
         meta = read_sidecar(root / "runs" / "fashion-mnist" / folder / "seed0" / "certify.tsv") or {}
         for e in meta.get("sessions", []):
             note = " (all invocations before sessions were recorded)" if e.get("note") else ""
-            rows.append(f"| {sigma} | {e.get('began')}{note} | {e.get('done')} | {str(e.get('git_commit'))[:7]} | "
+            who = f"shard {e['shard'][0]}/{e['shard'][1]}" if e.get("shard") else "one process"
+            rows.append(f"| {sigma} | {e.get('began')}{note} | {who} | {e.get('done')} | {str(e.get('git_commit'))[:7]} | "
                         f"{e.get('batch_size')} | {'channels-last' if e.get('channels_last') else 'NCHW'} |")
     return rows
 
@@ -114,8 +115,10 @@ def generated(root: Path) -> str:
     if runs := sessions(root):
         parts += ["", "## The certifications' sessions", "",
                   "Every invocation that certified into each file, from its sidecar's `sessions`: when it began, the "
-                  "examples done then, and the code and settings it ran with.", "",
-                  "| sigma | began | done | commit | batch size | memory format |", "|---:|---|---:|---|---:|---|",
+                  "examples done then (by that process: a shard counts its share, which starts with the rows the one-process "
+                  "run had certified of it), and the code and settings it ran with.", "",
+                  "| sigma | began | process | done | commit | batch size | memory format |",
+                  "|---:|---|---|---:|---|---:|---|",
                   *runs]
     return "\n".join(parts + ["", END])
 

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -206,16 +207,31 @@ def test_an_interrupted_one_process_run_continues_as_shards(model, one, tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.tsv", "c.tsv.json"]
 
 
-def test_a_shard_does_not_take_rows_from_a_run_still_writing_them(model, one, tmp_path, capsys):
+def test_a_shard_does_not_take_rows_from_a_run_still_writing_them(model, one, tmp_path, capsys, monkeypatch):
     from rsmooth.engine.shards import lock_path
     from rsmooth.fileio import run_lock
 
     out = tmp_path / "c.tsv"
     interrupted(one / "fast.tsv", out)
+    monkeypatch.setattr("rsmooth.engine.certify.SHARD_START_WAIT", 0.3)
     with run_lock(lock_path(out), out):  # the one-process run, still going
         assert certify(model, out, *FAST, "--shard", "0/2") == 2
     assert f"another rsmooth process (pid {os.getpid()}) is writing {out}" in one_line(capsys)
     assert not shard_path(out, (0, 2)).exists()
+    taken = threading.Event()
+
+    def another_shard_starting():
+        with run_lock(lock_path(out), out):
+            taken.set()
+            time.sleep(1.0)
+
+    t = threading.Thread(target=another_shard_starting)
+    t.start()
+    taken.wait()
+    monkeypatch.setattr("rsmooth.engine.certify.SHARD_START_WAIT", 30.0)
+    assert certify(model, out, *FAST, "--shard", "0/2") == 0  # waited for the lock held a moment
+    t.join()
+    assert "which holds 2 of its 6 examples" in capsys.readouterr().out
 
 
 def test_merge_errors_are_one_line(model, tmp_path, capsys):

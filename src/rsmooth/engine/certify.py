@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 
     from ..data import Dataset
 
+#: how long (s) a shard starting beside a one-process run's OUT waits for OUT's lock
+SHARD_START_WAIT = 30.0
 #: how long a rank that finished its shard waits for the others, at least
 _MIN_WAIT = datetime.timedelta(minutes=30)
 #: the modes of a certification (the last two sequential: they draw samples until they can stop)
@@ -437,7 +439,8 @@ def _continue_as_shards(r: Resolved, shards: Sequence[Tuple[int, int]]) -> None:
     replaces OUT.  The shard's sessions begin with OUT's, each marked ``"from": OUT``."""
     if r.job.overwrite or not r.out.is_file():
         return
-    with run_lock(lock_path(r.out), r.out):  # no one-process run adds rows meanwhile
+    with contextlib.ExitStack() as stack:
+        _wait_for_lock(stack, r.out)  # no one-process run adds rows meanwhile
         old = read_sidecar(r.out)
         if old is None or "shard" in old or identity_diff(old, r.meta):
             return  # a shard's, or another run's (which the merge refuses): nothing to continue
@@ -459,6 +462,20 @@ def _continue_as_shards(r: Resolved, shards: Sequence[Tuple[int, int]]) -> None:
                 write_seq_rows(sequential_path(path), [(i, seq[i]) for i, _ in rows if i in seq])
             atomic_write_bytes(path, "".join([TSV_HEADER + "\n", *(ln for _, ln in rows)]).encode("utf-8"))
             r.log(f"{path}: continues {r.out}, which holds {len(rows)} of its {len(share)} examples")
+
+
+def _wait_for_lock(stack: contextlib.ExitStack, out: Path) -> None:
+    """Hold ``out``'s lock, waiting up to :data:`SHARD_START_WAIT` s for it: shards started together
+    each hold it a moment; a run writing ``out`` holds it on (then the one-line error says so)."""
+    deadline = time.monotonic() + SHARD_START_WAIT
+    while True:
+        try:
+            stack.enter_context(run_lock(lock_path(out), out))
+            return
+        except RsmoothError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
 
 
 def _shard_meta(r: Resolved) -> Dict[str, Any]:
