@@ -594,7 +594,7 @@ def test_jobs_k_keep_every_core_busy_while_certifying(digits_model, tmp_path, mo
 
     monkeypatch.setenv("PYTHONPATH", SUBPROCESS_ENV["PYTHONPATH"])
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    for name, n in (("a", 400), ("b", 20_000)):
+    for name, n in (("a", 400), ("b", 3000)):
         assert main(certify_step(digits_model, tmp_path / "one" / f"{name}.tsv", n).argv) == 0
     lines = []
     run_steps([certify_step(digits_model, tmp_path / "a.tsv", 400)], 2, tmp_path / "logs", log=lines.append)
@@ -603,7 +603,7 @@ def test_jobs_k_keep_every_core_busy_while_certifying(digits_model, tmp_path, mo
     assert columns(tmp_path / "a.tsv") == columns(tmp_path / "one" / "a.tsv")
 
     lines.clear()
-    steps = [certify_step(digits_model, tmp_path / "b.tsv", 20_000), certify_step(digits_model, tmp_path / "c.tsv", 400)]
+    steps = [certify_step(digits_model, tmp_path / "b.tsv", 3000), certify_step(digits_model, tmp_path / "c.tsv", 100)]
     run_steps(steps, 2, tmp_path / "logs", log=lines.append)
     assert "   1 idle: certify b continues as 2 shards" in lines, lines
     assert any(ln.startswith("   merged 2 shards into") for ln in lines), lines
