@@ -25,6 +25,7 @@ import torch
 from rsmooth.metrics import read_sidecar
 from rsmooth.reproduce import reproduce
 from table4_curves import RUNS, authors, ours as ours_curve  # this folder: the plot's readers
+from table4_paired import paired
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "reproductions"
@@ -90,6 +91,20 @@ def sessions(root: Path) -> list:
     return rows
 
 
+def same_images(root: Path) -> list:
+    """The section comparing ours with the authors' released certification image by image."""
+    rows = paired(root)
+    if not rows:
+        return []
+    return ["## On the same images as the authors' released certification", "",
+            "The authors released the certify TSV of each row (alinlab/smoothing-catrs, commit 3270b65, "
+            "`data/fmnist/noise_<sigma>/cohen/noise_<sigma>.tsv`, all 10,000 test images); its rows of the images "
+            "certified here are copied in `authors/`. Paired image by image, the comparison is free of the "
+            "sampling error of the subset (`python bench/table4_paired.py runs/table4-gaussian`; certified "
+            "accuracy in %; exact McNemar test of the images certified by one model only; the ACR difference "
+            "with its 95% interval over images):", "", *rows, ""]
+
+
 def generated(root: Path) -> str:
     table = reproduce("catrs:table4", str(root), budget="paper,test=0.1", seeds=1, methods=["gaussian"],
                       sigmas=[0.25, 0.5], collect=True)
@@ -103,6 +118,7 @@ def generated(root: Path) -> str:
              "| sigma | our last epoch | ours | authors, same epoch | mean gap (ours - theirs) | smallest / largest gap "
              "| authors at 90 |", "|---:|---:|---:|---:|---:|---:|---:|", *curves(root), "",
              "![our noisy test accuracy per epoch beside the authors' logs](fashion-mnist-table4-curves.png)", "",
+             *same_images(root),
              "## Machine and commands", "", f"- Machine: {machine()}.",
              f"- The run, continued after every interruption with the same command: `{COMMAND}` (before "
              "07:40 on 2026-11-26 without `--jobs 2`: one step at a time on both cores).",
