@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from ..errors import RsmoothError, check
-from ..fileio import atomic_write_bytes, remove_stale_temps, run_lock
 import numpy as np
 
+from ..errors import RsmoothError, check
+from ..fileio import atomic_write_bytes, remove_stale_temps, run_lock
 from ..metrics import CertifyResult, read_certify_tsv, read_sidecar, sidecar_path, write_sidecar
 from ..metrics.certify_io import TSV_COLUMNS, TSV_HEADER
 from .seqfile import SEQUENTIAL_MODES, adopt_legacy, legacy_sequential_path, seq_rows, sequential_path, write_seq_rows

@@ -210,7 +210,7 @@ class _Pool:
         if proc in self.splitting:
             self.splitting.discard(proc)
             if not done(task.step):
-                count = self._free()
+                count = max(2, self._free())
                 self.shards_left[out] = count
                 self.waiting[:0] = [Task(task.step, (i, count)) for i in range(count)]
                 return
