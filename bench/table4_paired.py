@@ -10,7 +10,9 @@ test-subset's sampling error that the intervals against the paper's 10,000-image
   the paper's (all 10,000 images);
 - the discordant images (certified at r by one model only) and the exact McNemar test of "the
   two models certify as often" (two-sided binomial test of the discordant counts at 1/2);
-- ACR on the same images and the paired difference with its 95% interval (normal, per image).
+- ACR on the same images and the paired difference with its 95% interval (normal, per image);
+
+all computed by ``rsmooth.metrics.paired`` (``rsmooth analyze A B --paired``).
 
 The authors' script prints radii with 3 significant digits (``{:.3}``: 1.7496 -> 1.75), which the
 paper's figures were computed from; ours are written at full precision.  The table gives ours both
@@ -23,14 +25,14 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from pathlib import Path
 from typing import List
 
-import numpy as np
-
 from rsmooth.engine.shards import certify_so_far
 from rsmooth.metrics import read_certify_tsv
+from rsmooth.metrics.paired import compare_paired, printed_radii
 from rsmooth.report.paper import paper_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,19 +40,6 @@ AUTHORS = ROOT / "docs" / "reproductions" / "authors"
 #: (sigma as printed, our run folder, the authors' file of every 10th image)
 RUNS = (("0.25", "gaussian_0.25", "catrs_fmnist_noise_0.25_cohen_certify_every10th.tsv"),
         ("0.50", "gaussian_0.50", "catrs_fmnist_noise_0.50_cohen_certify_every10th.tsv"))
-
-
-def three_digits(radius: np.ndarray) -> np.ndarray:
-    """Radii as the authors' certify script prints them ('{:.3}': 3 significant digits)."""
-    return np.array([float(f"{r:.3}") for r in radius])
-
-
-def mcnemar_p(only_ours: int, only_theirs: int) -> float:
-    """Two-sided exact McNemar p-value: binomial test of the discordant counts at 1/2."""
-    from scipy.stats import binomtest
-
-    n = only_ours + only_theirs
-    return 1.0 if n == 0 else float(binomtest(only_ours, n, 0.5).pvalue)
 
 
 def paired(root: Path) -> List[str]:
@@ -61,23 +50,18 @@ def paired(root: Path) -> List[str]:
         if ours is None or not (AUTHORS / name).is_file():
             continue
         theirs = read_certify_tsv(AUTHORS / name)
-        common = np.intersect1d(ours.idx, theirs.idx)
-        o, t = (np.searchsorted(r.idx, common) for r in (ours, theirs))
         paper = next(p for p in paper_table("catrs:table4") if p.method == "gaussian"
                      and math.isclose(p.sigma, float(sigma)) and p.dataset == "fashion-mnist")
-        r_ours, r_ours3, r_theirs = ours.radius[o], three_digits(ours.radius[o]), theirs.radius[t]
-        c_ours, c_theirs = ours.correct[o], theirs.correct[t]
-        for r in sorted(r for r in paper.accuracy if r < 3.8115 * float(sigma)):  # below the largest radius
-            a, a3, b = (c & (x >= r) for c, x in ((c_ours, r_ours), (c_ours, r_ours3), (c_theirs, r_theirs)))
-            only_ours, only_theirs = int((a3 & ~b).sum()), int((b & ~a3).sum())
-            lines.append(f"| {sigma} | {r:g} | {len(common):,} | {100 * a.mean():.1f} | {100 * a3.mean():.1f} | "
-                         f"{100 * b.mean():.1f} | {paper.accuracy_at(r):.1f} | {only_ours} | {only_theirs} | "
-                         f"{mcnemar_p(only_ours, only_theirs):.2g} |")
-        d = r_ours * c_ours - r_theirs * c_theirs
-        half = 1.96 * d.std(ddof=1) / math.sqrt(len(d))
-        lines.append(f"| {sigma} | ACR | {len(common):,} | {(r_ours * c_ours).mean():.3f} | "
-                     f"{(r_ours3 * c_ours).mean():.3f} | {(r_theirs * c_theirs).mean():.3f} | {paper.acr:.3f} | "
-                     f"difference {d.mean():+.3f} | 95% [{d.mean() - half:+.3f}, {d.mean() + half:+.3f}] | |")
+        radii = sorted(r for r in paper.accuracy if r < 3.8115 * float(sigma))  # below the largest radius
+        c = compare_paired(ours, theirs, radii)
+        printed = compare_paired(dataclasses.replace(ours, radius=printed_radii(ours.radius)), theirs, radii)
+        for r, row, p in zip(radii, c.radii, printed.radii):
+            lines.append(f"| {sigma} | {r:g} | {c.images:,} | {100 * row.accuracy_a:.1f} | {100 * p.accuracy_a:.1f} | "
+                         f"{100 * row.accuracy_b:.1f} | {paper.accuracy_at(r):.1f} | {p.only_a} | {p.only_b} | "
+                         f"{p.p_value:.2g} |")
+        lo, hi = c.acr_interval
+        lines.append(f"| {sigma} | ACR | {c.images:,} | {c.acr_a:.3f} | {printed.acr_a:.3f} | {c.acr_b:.3f} | "
+                     f"{paper.acr:.3f} | difference {c.acr_difference:+.3f} | 95% [{lo:+.3f}, {hi:+.3f}] | |")
     if not lines:
         return []
     return ["| sigma | radius | images | ours | ours, radii as the authors' script prints them | authors' (same "

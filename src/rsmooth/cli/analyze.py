@@ -42,8 +42,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "(at most the quantile of Binomial(m, alpha) of them; Cohen, Rosenfeld, Kolter 2019, arXiv "
                    "1902.02918, Sec. 3.2 and 4); CSV gets columns acc@r_lo, acc@r_hi, acc@r_hp, --json the numbers, "
                    "--plot error bars; notes under the table say what each means")
+    a.add_argument("--paired", action="store_true",
+                   help="compare two certify files image by image on the test images (idx) both hold, e.g. yours "
+                   "against a paper's released TSV: certified accuracy of each at each radius, the images certified "
+                   "by one file only with the exact McNemar test (McNemar 1947) of whether they split evenly, and "
+                   "the ACR difference with its 95%% interval (--ci-level) over the images; free of the sampling "
+                   "error that intervals against a paper's figures carry")
+    a.add_argument("--as-printed", action="store_true",
+                   help="with --paired: round the radii of both files to 3 significant digits, as the public "
+                   "codebases' certify scripts print them (rsmooth writes full precision)")
     a.add_argument("--ci-level", type=float, metavar="LEVEL",
-                   help="with --ci: the confidence level of both (default: 0.95)")
+                   help="with --ci: the confidence level of both; with --paired: of the ACR difference's interval "
+                   "(default: 0.95)")
     a.add_argument("--alpha", type=float,
                    help="with --ci: the certificates' alpha for files without a sidecar JSON that records it "
                    "(public codebases' TSVs; their standard protocol: 0.001); without it such files get no "
@@ -70,6 +80,9 @@ def run(args: argparse.Namespace) -> None:
         except RsmoothError:
             raise RsmoothError(f"--paper {args.paper}: unknown table; choose one of {', '.join(PAPER_TABLES)} "
                                f"('--paper list' describes them)") from None
+    if args.paired or args.as_printed:
+        _compare(args)
+        return
     if not args.ci and (args.ci_level is not None or args.alpha is not None):
         raise RsmoothError(f"{'--ci-level' if args.ci_level is not None else '--alpha'} goes with --ci")
     if args.corruptions:
@@ -89,3 +102,18 @@ def run(args: argparse.Namespace) -> None:
     ci = (args.ci_level if args.ci_level is not None else True) if args.ci else None
     print(analyze(args.results, radii=args.radii, fmt=args.format, labels=args.labels,
                   plot=args.plot, as_json=args.json, paper=args.paper, ci=ci, alpha=args.alpha))
+
+
+def _compare(args: argparse.Namespace) -> None:
+    """``--paired``: two certify files image by image."""
+    from ..report.paired import compare
+
+    if not args.paired:
+        raise RsmoothError("--as-printed goes with --paired")
+    others = [f for f, on in (("--corruptions", args.corruptions), ("--paper", args.paper), ("--ci", args.ci),
+                              ("--plot", args.plot), ("--alpha", args.alpha is not None)) if on]
+    if others:
+        raise RsmoothError(f"--paired compares two certify files; {others[0]} goes with the tables of "
+                           f"'rsmooth analyze' without --paired")
+    print(compare(args.results, radii=args.radii, labels=args.labels, fmt=args.format, as_json=args.json,
+                  level=0.95 if args.ci_level is None else args.ci_level, as_printed=args.as_printed))
