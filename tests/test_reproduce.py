@@ -586,32 +586,40 @@ def columns(path):
     return [line.split("\t")[:5] for line in Path(path).read_text().splitlines()]
 
 
+def test_a_certification_starts_as_shards_over_the_slots_no_other_step_takes(tmp_path):
+    from rsmooth.reproduce.plan import Step
+    from rsmooth.reproduce.run import Task, _Pool
+
+    cert, train = (Step(kind, f"{kind} {k}", [], tmp_path / f"{kind}{k}.tsv", [], 3) for k, kind in
+                   ((0, "certify"), (1, "train")))
+    pool = _Pool([cert, train], 4, tmp_path, print)
+    assert pool._shard_count(Task(cert), others_ready=1) == 3  # 4 slots, the train step takes one
+    assert pool._shard_count(Task(cert), others_ready=3) == 0  # one slot left: one process
+    assert pool._shard_count(Task(train), others_ready=0) == 0 and pool._shard_count(Task(cert, (0, 2)), 0) == 0
+    (tmp_path / "certify0.shard-1-of-5.tsv").write_text("")  # what a killed run left: its count wins
+    assert pool._shard_count(Task(cert), others_ready=3) == 5
+
+
 @pytest.mark.slow
-def test_jobs_k_keep_every_core_busy_while_certifying(digits_model, tmp_path, monkeypatch):
-    """A certification started with two slots free runs as two shards; one running alone when the
-    other step ends is stopped and continued as shards; both merge into the one-process files."""
+def test_jobs_k_split_a_certification_running_alone_when_a_slot_idles(digits_model, tmp_path, monkeypatch):
+    """One certification running alone when the other step ends is stopped and continued as
+    shards, which take its rows; their merge is the one-process file."""
     from rsmooth.reproduce.run import run_steps
 
     monkeypatch.setenv("PYTHONPATH", SUBPROCESS_ENV["PYTHONPATH"])
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    for name, n in (("a", 400), ("b", 3000)):
-        assert main(certify_step(digits_model, tmp_path / "one" / f"{name}.tsv", n).argv) == 0
+    assert main(certify_step(digits_model, tmp_path / "one" / "b.tsv", 3000).argv) == 0
     lines = []
-    run_steps([certify_step(digits_model, tmp_path / "a.tsv", 400)], 2, tmp_path / "logs", log=lines.append)
-    assert [ln for ln in lines if ln.startswith("==")] == [
-        f"== [1/1] certify a, shard {i}/2 (log: {tmp_path}/logs/certify_a_shard_{i}-2.log)" for i in (0, 1)]
-    assert columns(tmp_path / "a.tsv") == columns(tmp_path / "one" / "a.tsv")
-
-    lines.clear()
     steps = [certify_step(digits_model, tmp_path / "b.tsv", 3000), certify_step(digits_model, tmp_path / "c.tsv", 100)]
     run_steps(steps, 2, tmp_path / "logs", log=lines.append)
     assert "   1 idle: certify b continues as 2 shards" in lines, lines
+    assert [ln for ln in lines if ln.startswith("==")][2:] == [
+        f"== [2/2] certify b, shard {i}/2 (log: {tmp_path}/logs/certify_b_shard_{i}-2.log)" for i in (0, 1)]
     assert any(ln.startswith("   merged 2 shards into") for ln in lines), lines
     assert columns(tmp_path / "b.tsv") == columns(tmp_path / "one" / "b.tsv")
     sessions = json.loads((tmp_path / "b.tsv.json").read_text())["sessions"]
     assert [e.get("shard") for e in sessions if "from" not in e] == [[0, 2], [1, 2]], sessions
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [
-        "a.tsv", "a.tsv.json", "b.tsv", "b.tsv.json", "c.tsv", "c.tsv.json"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["b.tsv", "b.tsv.json", "c.tsv", "c.tsv.json"]
 
 
 def test_shards_a_killed_reproduction_left_are_continued_with_their_count(digits_model, tmp_path):
