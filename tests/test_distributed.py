@@ -316,19 +316,8 @@ def test_torchrun_targets_rerun_after_a_kill_in_the_merge_cleans_what_it_left(mo
 
 
 @pytest.mark.slow
-def test_torchrun_two_ranks_equal_one_process(model, one, tmp_path):
-    out = tmp_path / "c.tsv"
-    p = torchrun("certify", "--checkpoint", model, *FAST, "--out", out)
-    stdout, stderr = p.communicate(timeout=180)
-    assert p.returncode == 0, stderr
-    assert stdout.count("results:") == 1 and stdout.count("merged 2 shards") == 1  # rank 0 only
-    assert stdout.splitlines()[0] == "rsmooth: 2 processes (gloo, cpu)" and f"results: {out} (2 processes)" in stdout
-    assert rows(out) == rows(one / "fast.tsv")
-    assert sorted(q.name for q in tmp_path.iterdir()) == ["c.tsv", "c.tsv.json"]
-
-
-@pytest.mark.slow
 def test_torchrun_killed_rank_stops_the_job_and_rerun_finishes(model, one, tmp_path):
+    """A killed rank stops the job; the same command continues it into the one-process file."""
     out = tmp_path / "c.tsv"
     shard1 = shard_path(out, (1, 2))
     p = torchrun("certify", "--checkpoint", model, *SLOW, "--out", out)
@@ -345,10 +334,13 @@ def test_torchrun_killed_rank_stops_the_job_and_rerun_finishes(model, one, tmp_p
     report = stderr.index("ChildFailedError")  # torchrun's own report comes after the ranks' lines
     assert all(m.start() < report for m in re.finditer(r"^rsmooth: ", stderr, re.M)), stderr
     assert not out.exists()
-    p = torchrun("certify", "--checkpoint", model, *SLOW, "--out", out)
+    p = torchrun("certify", "--checkpoint", model, *SLOW, "--out", out)  # continues both shards
     stdout, stderr = p.communicate(timeout=180)
     assert p.returncode == 0, stderr
     assert rows(out) == rows(one / "slow.tsv")
+    assert stdout.count("results:") == 1 and stdout.count("merged 2 shards") == 1  # rank 0 only
+    assert stdout.splitlines()[0] == "rsmooth: 2 processes (gloo, cpu)" and f"results: {out} (2 processes)" in stdout
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["c.tsv", "c.tsv.json"]
 
 
 @pytest.mark.slow
@@ -371,10 +363,15 @@ def test_sequential_shards_and_torchrun_give_the_one_process_files(model, tmp_pa
     assert not list(tmp_path.glob("s.shard-*"))
     (tmp_path / "t").mkdir()
     out = tmp_path / "t" / "c.tsv"
+    # --sequential: the ranks continue a one-process run killed part-way (rank 0 starts both shards
+    # with its rows); --adaptive: from nothing
+    copied = interrupted(tmp_path / "one.tsv", out, keep=5) if mode[0] == "--sequential" else []
     p = torchrun("certify", "--checkpoint", model, *flags, "--out", out, "--heartbeat", "1e-9")
     stdout, stderr = p.communicate(timeout=180)
     assert p.returncode == 0, stderr
     assert rows(out) == rows(tmp_path / "one.tsv") and Path(f"{out}.seq").read_text() == seq
+    assert stdout.count(f"continues {out}") == (2 if copied else 0), stdout
+    assert [ln.split("\t")[0] for ln in out.read_text().splitlines()[1:] if ln.endswith("\t123")] == copied
     # rank 0 alone logs: heartbeat lines of its shard, then the summary of OUT once
     beats = [ln for ln in stdout.splitlines() if "examples (" in ln]
     assert beats and all(ln.startswith(f"certify {mode[0]} (shard 0/2): ") for ln in beats), stdout
@@ -382,24 +379,6 @@ def test_sequential_shards_and_torchrun_give_the_one_process_files(model, tmp_pa
         [ln for ln in stdout.splitlines() if ln.startswith(f"certify {mode[0]}: 11 examples, ")], stdout
     assert stdout.count(f"certify {mode[0]}: 11 examples, ") == 1, stdout
     assert sorted(q.name for q in out.parent.iterdir()) == ["c.tsv", "c.tsv.json", "c.tsv.seq"]
-
-
-@pytest.mark.slow
-def test_torchrun_continues_an_interrupted_sequential_one_process_run(model, tmp_path):
-    flags = ["--sequential", "--radii", "0.25", "0.5", "--n-max", "3000", "--n0", "50", "--batch-size", "500",
-             "--device", "cpu", *SUBSET]
-    assert certify(model, tmp_path / "one.tsv", *flags) == 0
-    out = tmp_path / "c.tsv"
-    copied = interrupted(tmp_path / "one.tsv", out, keep=5)
-    p = torchrun("certify", "--checkpoint", model, *flags, "--out", out)
-    stdout, stderr = p.communicate(timeout=180)
-    assert p.returncode == 0, stderr
-    assert stdout.count(f"continues {out}") == 2, stdout  # rank 0 starts both shards
-    assert rows(out) == rows(tmp_path / "one.tsv")
-    assert Path(f"{out}.seq").read_text() == (tmp_path / "one.tsv.seq").read_text()
-    assert [ln.split("\t")[0] for ln in out.read_text().splitlines()[1:] if ln.endswith("\t123")] == copied
-    assert sorted(q.name for q in tmp_path.iterdir() if q.name.startswith("c.")) == \
-        ["c.tsv", "c.tsv.json", "c.tsv.seq"]
 
 
 @pytest.mark.slow
