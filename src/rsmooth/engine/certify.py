@@ -444,24 +444,29 @@ def _continue_as_shards(r: Resolved, shards: Sequence[Tuple[int, int]]) -> None:
         old = read_sidecar(r.out)
         if old is None or "shard" in old or identity_diff(old, r.meta):
             return  # a shard's, or another run's (which the merge refuses): nothing to continue
-        res = read_certify_tsv(r.out, growing=True)
-        text = r.out.read_text(encoding="utf-8")
-        lines = [ln + "\n" for ln in text[:text.rfind("\n") + 1].splitlines()[1:] if ln.strip()]
+        rows = _whole_rows(r.out)
         seq = dict(seq_rows(adopt_legacy(r.out))) if r.job.sequential else {}
         sessions = [{**e, "from": r.out.name} for e in past_sessions(old, {"done": 0}, SESSION_FIELDS)]
         for shard in shards:
-            path = shard_path(r.out, shard)
+            path, share = shard_path(r.out, shard), set(shard_share(r.indices, shard))
             if path.exists():
                 continue
-            share = set(shard_share(r.indices, shard))
-            rows = [(i, ln) for i, ln in zip(res.idx.tolist(), lines) if i in share]
+            mine = [(i, line) for i, line in rows if i in share]
             meta = {**r.meta, "shard": list(shard), "subset_size": len(r.indices), "num_examples": len(share)}
             write_sidecar(path, {**meta, "started": old.get("started", meta["started"]), "sessions": sessions,
                                  "complete": False})  # first: a kill before the TSV starts over
             if r.job.sequential:
-                write_seq_rows(sequential_path(path), [(i, seq[i]) for i, _ in rows if i in seq])
-            atomic_write_bytes(path, "".join([TSV_HEADER + "\n", *(ln for _, ln in rows)]).encode("utf-8"))
-            r.log(f"{path}: continues {r.out}, which holds {len(rows)} of its {len(share)} examples")
+                write_seq_rows(sequential_path(path), [(i, seq[i]) for i, _ in mine if i in seq])
+            atomic_write_bytes(path, "".join([TSV_HEADER + "\n", *(line for _, line in mine)]).encode("utf-8"))
+            r.log(f"{path}: continues {r.out}, which holds {len(mine)} of its {len(share)} examples")
+
+
+def _whole_rows(out: Path) -> List[Tuple[int, str]]:
+    """(idx, line) of each row of the certify TSV ``out`` (checked), a last line cut by a kill left out."""
+    idx = read_certify_tsv(out, growing=True).idx.tolist()
+    text = out.read_text(encoding="utf-8")
+    lines = [ln + "\n" for ln in text[:text.rfind("\n") + 1].splitlines()[1:] if ln.strip()]
+    return list(zip(idx, lines))
 
 
 def _wait_for_lock(stack: contextlib.ExitStack, out: Path) -> None:
