@@ -30,6 +30,8 @@ import math
 from pathlib import Path
 from typing import List
 
+import numpy as np
+
 from rsmooth.engine.shards import certify_so_far
 from rsmooth.metrics import read_certify_tsv
 from rsmooth.metrics.paired import compare_paired, printed_radii
@@ -69,10 +71,55 @@ def paired(root: Path) -> List[str]:
             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *lines]
 
 
+def _authors_full(sigma: str):
+    """(radius, correct) of the authors' certification of all 10,000 test images (idx order), or None."""
+    import csv
+
+    path = AUTHORS / f"catrs_fmnist_noise_{sigma}_cohen_radius_correct.tsv"
+    if not path.is_file():
+        return None
+    with open(path, encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    assert [int(r["idx"]) for r in rows] == list(range(10_000)), path
+    return np.array([float(r["radius"]) for r in rows]), np.array([r["correct"] == "1" for r in rows])
+
+
+def subsets() -> List[str]:
+    """The markdown lines of the authors' certification over all 10,000 images against the paper's
+    figures (which it reproduces), and over each of the ten every-10th subsets (start 0..9)."""
+    lines: List[str] = []
+    for sigma, _, _ in RUNS:
+        full = _authors_full(sigma)
+        if full is None:
+            continue
+        radius, correct = full
+        paper = next(p for p in paper_table("catrs:table4") if p.method == "gaussian"
+                     and math.isclose(p.sigma, float(sigma)) and p.dataset == "fashion-mnist")
+        columns = ["ACR", *sorted(r for r in paper.accuracy if r < 3.8115 * float(sigma))]
+
+        def figures(mask):
+            return [(radius * correct)[mask].mean() if c == "ACR" else 100 * (correct & (radius >= c))[mask].mean()
+                    for c in columns]
+
+        every = np.arange(10_000)
+        by_start = np.array([figures(every % 10 == k) for k in range(10)])
+        cells = [("paper (as printed)", [paper.acr, *(paper.accuracy_at(c) for c in columns[1:])]),
+                 ("authors' TSV, all 10,000 images", figures(every >= 0)),
+                 ("authors' TSV, every 10th from 0 (the images certified here)", by_start[0]),
+                 ("authors' TSV, the ten every-10th subsets: lowest", by_start.min(axis=0)),
+                 ("authors' TSV, the ten every-10th subsets: highest", by_start.max(axis=0))]
+        lines.append(f"| sigma {sigma} | " + " | ".join(str(c) if c == "ACR" else f"{c:g}" for c in columns) + " |")
+        lines.append("|---|" + "---:|" * len(columns))
+        lines += [f"| {name} | " + " | ".join(f"{v:.3f}" if c == "ACR" else f"{v:.1f}" for c, v in zip(columns, vals))
+                  + " |" for name, vals in cells]
+        lines.append("")
+    return lines
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("root", help="the --out folder of the reproduction")
-    print("\n".join(paired(Path(p.parse_args().root))))
+    print("\n".join([*paired(Path(p.parse_args().root)), "", *subsets()]))
 
 
 if __name__ == "__main__":
