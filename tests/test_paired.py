@@ -115,5 +115,11 @@ def test_cli_prints_the_comparison_and_refuses_what_does_not_go_with_it(tmp_path
         assert main(["analyze", str(pa), *flags]) == 2
         err = capsys.readouterr().err
         assert says in err and len(err.strip().splitlines()) == 1, err
+    assert "--as-printed" not in out  # both at full precision: no hint
+    printed = write(tmp_path / "p.tsv", CertifyResult(b.idx, b.label, b.predict, printed_radii(b.radius), b.correct,
+                                                      b.time))
+    assert main(["analyze", str(pa), str(printed), "--paired"]) == 0
+    assert capsys.readouterr().out.endswith("p.tsv's radii have at most 3 significant digits (a public codebase's "
+                                            "file), the other's more: pass --as-printed to count both as printed\n")
     text = compare([pa, pb], radii=[0.5], as_json=True, level=0.9)
     assert '"level": 0.9' in text and '"only_a"' in text

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+import numpy as np
+
 from ..errors import check
 from ..metrics import default_radii, read_certify_tsv
 from ..metrics.paired import PairedComparison, compare_paired, printed_radii
@@ -41,13 +43,22 @@ def compare(paths: Sequence[PathLike], radii: Radii = None, labels: Optional[Seq
         top = min(float(r.radius.max(initial=0.0)) for r in (a, b))
         radii = default_radii(top).tolist()
     result = compare_paired(a, b, resolve_radii(radii), level=level)
+    hint = [] if as_printed else [f"{name}'s radii have at most 3 significant digits (a public codebase's file), "
+                                  f"the other's more: pass --as-printed to count both as printed"
+                                  for name, r, other in ((names[0], a, b), (names[1], b, a))
+                                  if _printed(r) and not _printed(other)]
     if as_json:
         return json.dumps({"a": str(paths[0]), "b": str(paths[1]), "as_printed": as_printed,
                            **dataclasses.asdict(result)}, indent=2)
-    return _csv(result) if fmt == "csv" else _markdown(result, names, as_printed)
+    return _csv(result) if fmt == "csv" else _markdown(result, names, as_printed, hint)
 
 
-def _markdown(c: PairedComparison, names: List[str], as_printed: bool) -> str:
+def _printed(res) -> bool:
+    """Whether every radius of ``res`` is as a public script prints it (3 significant digits)."""
+    return bool(res.n) and bool(np.array_equal(printed_radii(res.radius), res.radius))
+
+
+def _markdown(c: PairedComparison, names: List[str], as_printed: bool, hint: List[str]) -> str:
     a, b = names
     lines = [f"| radius | {a} | {b} | certified by {a} only | by {b} only | exact McNemar p |",
              "|---:|---:|---:|---:|---:|---:|"]
@@ -62,7 +73,7 @@ def _markdown(c: PairedComparison, names: List[str], as_printed: bool) -> str:
              f"interval is normal over the images' paired differences."]
     if as_printed:
         notes.append("Radii rounded to 3 significant digits, as the public codebases' certify scripts print them.")
-    return "\n".join(lines + [""] + notes)
+    return "\n".join(lines + [""] + notes + hint)
 
 
 def _csv(c: PairedComparison) -> str:
