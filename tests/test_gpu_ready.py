@@ -133,14 +133,18 @@ def test_a_training_step_never_waits_for_the_device(name, extra, device):
     batch = Batch(x, y, torch.arange(4, device=device), {"targets": targets})
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
     gen = torch.Generator(device=device)
-    for step in range(2):  # the second step runs with the optimiser's momentum buffers
+    # CUDA's own waits are not counted in step 0: a process's first use of a CUDA op (cuBLAS or
+    # cuDNN handles, lazy module loading) may wait once, as the first CUDA test of an H100 run
+    # showed; step 2 runs with the optimiser's momentum buffers
+    for step in range(3):
         gen.manual_seed(step)
         with host_reads() as events:
             opt.zero_grad(set_to_none=True)
             loss, stats = method.loss(model, batch, StepContext(gen, epoch=1, num_epochs=3, step=step, lr_drop_epoch=1))
             loss.backward()
             opt.step()
-        assert events == [], f"{name} step {step} made the host wait for the device: {events}"
+        waits = [e for e in events if not (step == 0 and e == "cuda-sync")]
+        assert waits == [], f"{name} step {step} made the host wait for the device: {waits}"
         assert all(isinstance(v, torch.Tensor) and v.device == loss.device for v in stats.values())
 
 

@@ -27,6 +27,8 @@ MIN_GAIN = 1.05
 CPU_BUFFER_BYTES = 512 * 2 ** 20
 #: jobs that draw fewer samples than this skip the measurement (it would cost more than it saves)
 MIN_SAMPLES = 500_000
+#: each size is timed over at least this many seconds
+MIN_TIME = 0.05
 
 
 @dataclass
@@ -46,18 +48,20 @@ class Tuning:
                 **({"note": self.note} if self.note else {})}
 
 
-def _rate(smooth: Smooth, x: torch.Tensor, batch_size: int, repeats: int = 3) -> float:
-    """Samples/s of drawing, adding and classifying ``batch_size`` noisy copies of ``x`` (median of
-    ``repeats`` after one warm-up pass)."""
+def _rate(smooth: Smooth, x: torch.Tensor, batch_size: int, repeats: int = 3, min_time: float = MIN_TIME) -> float:
+    """Samples/s of drawing, adding and classifying ``batch_size`` noisy copies of ``x``: the median
+    pass after one warm-up, over at least ``repeats`` passes and ``min_time`` seconds (a GPU pass
+    of a small model takes well under a millisecond: three of them time the launches and the
+    clock's ramp, not the model)."""
     noise = torch.empty((batch_size, *x.shape), dtype=x.dtype, device=x.device)
     g = torch.Generator(device=x.device).manual_seed(0)  # not the global generator: timing draws nothing of a run
     times: List[float] = []
     with smooth._eval():
-        for k in range(repeats + 1):
+        smooth._votes(noise.normal_(0.0, smooth.sigma, generator=g).add_(x)).cpu()
+        while len(times) < repeats or sum(times) < min_time:
             t0 = time.perf_counter()
             smooth._votes(noise.normal_(0.0, smooth.sigma, generator=g).add_(x)).cpu()
-            if k:
-                times.append(time.perf_counter() - t0)
+            times.append(time.perf_counter() - t0)
     return batch_size / sorted(times)[len(times) // 2]
 
 
