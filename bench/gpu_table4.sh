@@ -8,7 +8,8 @@
 #      the GPU size a full row, and its checkpoint resumes with `rsmooth train --resume`.
 # Usage (on the GPU machine, repository root): bash bench/gpu_table4.sh CARRY OUTDIR
 #   CARRY holds data/fashion-mnist/*.gz and g025/, g050/ (checkpoint.pt + config.json), and
-#   cont/ with full_*.tsv(.json) of an earlier call to continue (optional);
+#   cont/ with full_*.tsv(.json) of an earlier call to continue, and sadv050/ with the
+#   checkpoint.pt and config.json an earlier call gave back (sadv050_*) to resume (both optional);
 #   env: N (default 100000), MAX (default: all), DEVICE (default cuda), SMOKE (default 1), and the
 #   deadlines in seconds from the start: T_050 (270), T_TESTS (300), T_025 (420), T_SADV (470).
 set -u
@@ -21,7 +22,7 @@ WORK=$(mktemp -d)
 LOG=$OUTDIR/log.txt
 [ -d "$CARRY/cont" ] && cp "$CARRY"/cont/full_* "$WORK/"
 run_until() { local t=$(( $1 - SECONDS )); shift; [ "$t" -gt 5 ] || { echo "skipped (no time): $*"; return 0; }
-  echo "== $(date -u +%T) [until $t s] $*"; timeout -s TERM -k 10 "$t" "$@"; echo "== exit $?"; }
+  echo "== $(date -u +%T) [until $t s] $*"; timeout -s TERM -k 30 "$t" "$@"; echo "== exit $?"; }
 certify() {  # certify SIGMA DEADLINE
   run_until "$2" $PY -m rsmooth certify --checkpoint "$CARRY/g$1" --data-dir "$CARRY/data" --device "$DEVICE" \
     --n "$N" "${MAXARG[@]}" --out "$WORK/full_$1.tsv"
@@ -39,8 +40,10 @@ certify() {  # certify SIGMA DEADLINE
   certify 050 "${T_050:-270}"
   run_until "${T_TESTS:-300}" $PY -m pytest -q -p no:cacheprovider tests/test_gpu_ready.py -k cuda
   certify 025 "${T_025:-420}"
+  RESUME=()  # a run an earlier lease gave back (CARRY/sadv050/{checkpoint.pt,config.json}) continues
+  if [ -f "$CARRY/sadv050/checkpoint.pt" ]; then cp -r "$CARRY/sadv050" "$WORK/"; RESUME=(--resume); fi
   run_until "${T_SADV:-470}" $PY -m rsmooth train --preset fashion-mnist/smoothadv/0.50 --data-dir "$CARRY/data" --device "$DEVICE" \
-    --out "$WORK/sadv050" --checkpoint-every 30s --workers 4
+    --out "$WORK/sadv050" --checkpoint-every 30s --workers 4 "${RESUME[@]}"
   cp "$WORK/sadv050/checkpoint.pt" "$OUTDIR/sadv050_checkpoint.pt" 2>/dev/null
   cp "$WORK/sadv050/config.json" "$OUTDIR/sadv050_config.json" 2>/dev/null
   cp "$WORK/sadv050/train.log" "$OUTDIR/sadv050_train.log" 2>/dev/null
