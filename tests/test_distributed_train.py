@@ -299,6 +299,7 @@ def test_killed_rank_stops_the_job_and_resume_finishes(one, tmp_path):
 @pytest.mark.slow
 def test_pipeline_under_torchrun_runs_every_step_in_one_process_group(tmp_path):
     args = ["pipeline", "catrs", "--dataset", "digits", "--sigma", "0.5", "--epochs", "1", "--target-samples", "4",
+            "--num-noise", "2", "--num-steps", "1",  # the cheapest CAT-RS epoch
             "--n0", "10", "--n", "50", "--max", "6", "--device", "cpu", "--no-compare-gaussian", "--out", tmp_path]
     code, stdout, stderr = run(*args)
     assert code == 0, stderr
