@@ -223,3 +223,29 @@ def test_channels_last_that_changes_votes_is_not_chosen(monkeypatch):
     assert not tuning.channels_last and not smooth.channels_last
     assert "channels-last classified 3 of 1024 noisy inputs differently; kept NCHW" == tuning.note
     assert isinstance(tuning, Tuning) and tuning.batch_size == 1024
+
+
+def test_each_size_is_timed_over_min_time_not_three_passes():
+    """On an H100 a LeNet pass takes well under a millisecond: three timed passes per size measured
+    launches and clock ramps, and kept batch 1,024 at 2.0M samples/s where 16,384 gives 3.1M."""
+    from rsmooth.smoothing.tuning import _rate
+
+    calls = []
+
+    class Counting(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = net()
+
+        def forward(self, x):
+            calls.append(len(x))
+            return self.inner(x)
+
+    smooth = Smooth(Counting(), K, SIGMA)
+    t0 = time.perf_counter()
+    rate = _rate(smooth, images(1)[0], 4, min_time=0.05)
+    assert time.perf_counter() - t0 >= 0.05 and rate > 0
+    assert len(calls) > 4 and set(calls) == {4}  # a warm-up, then passes until 50 ms: far more than 3
+    calls.clear()
+    _rate(smooth, images(1)[0], 4, min_time=0.0)
+    assert len(calls) == 4  # a warm-up and the 3 timed passes that are the least
