@@ -225,11 +225,17 @@ def test_channels_last_that_changes_votes_is_not_chosen(monkeypatch):
     assert isinstance(tuning, Tuning) and tuning.batch_size == 1024
 
 
-def test_each_size_is_timed_over_min_time_not_three_passes():
+def test_each_size_is_timed_over_min_time_not_three_passes(monkeypatch):
     """On an H100 a LeNet pass takes well under a millisecond: three timed passes per size measured
-    launches and clock ramps, and kept batch 1,024 at 2.0M samples/s where 16,384 gives 3.1M."""
-    from rsmooth.smoothing.tuning import _rate
+    launches and clock ramps, and kept batch 1,024 at 2.0M samples/s where 16,384 gives 3.1M.
+    With a clock on which every pass takes 1 ms, 50 ms is 50 timed passes after the warm-up."""
+    import itertools
+    import types
 
+    import rsmooth.smoothing.tuning as tuning_module
+
+    ticks = itertools.count()
+    monkeypatch.setattr(tuning_module, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks) / 1000))
     calls = []
 
     class Counting(nn.Module):
@@ -242,10 +248,8 @@ def test_each_size_is_timed_over_min_time_not_three_passes():
             return self.inner(x)
 
     smooth = Smooth(Counting(), K, SIGMA)
-    t0 = time.perf_counter()
-    rate = _rate(smooth, images(1)[0], 4, min_time=0.05)
-    assert time.perf_counter() - t0 >= 0.05 and rate > 0
-    assert len(calls) > 4 and set(calls) == {4}  # a warm-up, then passes until 50 ms: far more than 3
+    assert tuning_module._rate(smooth, images(1)[0], 4, min_time=0.05) == pytest.approx(4 / 0.001)
+    assert calls == [4] * 51
     calls.clear()
-    _rate(smooth, images(1)[0], 4, min_time=0.0)
-    assert len(calls) == 4  # a warm-up and the 3 timed passes that are the least
+    tuning_module._rate(smooth, images(1)[0], 4, min_time=0.0)
+    assert calls == [4] * 4  # a warm-up and the 3 timed passes that are the least
