@@ -458,6 +458,41 @@ def test_main_prints_one_line_per_error(monkeypatch, capsys, exc, code, line):
     assert _main(capsys, "list") == (code, line + "\n")
 
 
+def test_a_sigterm_while_the_error_line_is_written_does_not_cut_it(monkeypatch, capsys):
+    """Under torchrun, the rank that fails first makes torchrun SIGTERM the others, which may be
+    writing their own one line: a CI run once saw a rank's line end without its newline."""
+    monkeypatch.delenv("RSMOOTH_DEBUG", raising=False)
+
+    def fail(args):
+        raise RsmoothError("refused")
+
+    real = sys.stderr.write
+
+    def write(text):  # the signal arrives in the middle of the write
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(text)
+
+    monkeypatch.setattr("rsmooth.cli.listing.run", fail)
+    monkeypatch.setattr(sys.stderr, "write", write)
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        result = _main(capsys, "list")
+    except KeyboardInterrupt:  # what rsmooth's SIGTERM handler raises
+        pytest.fail("the SIGTERM stopped the error line being written")
+    assert result == (2, "rsmooth: error: refused\n")
+    assert signal.getsignal(signal.SIGTERM) == before  # restored
+
+    def stop(args):  # the same for the line of a command that a first SIGTERM stopped
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr("rsmooth.cli.listing.run", stop)
+    try:
+        result = _main(capsys, "list")
+    except KeyboardInterrupt:
+        pytest.fail("a second SIGTERM stopped the line of the first being written")
+    assert result == (143, f"rsmooth: terminated; {RESUME_LINE}\n")
+
+
 def test_debug_shows_the_traceback(monkeypatch, capsys):
     def fail(args):
         raise ZeroDivisionError("boom")

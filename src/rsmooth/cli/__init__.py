@@ -48,6 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _last_line_follows(handle_signals: bool) -> None:
+    """The command has stopped and says so in one line: a SIGTERM from now on (torchrun stopping
+    the other ranks once one fails, or a second signal) is ignored, so that it cannot cut it."""
+    if handle_signals:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 #: main() calls running in this process (``reproduce --jobs 1`` runs each step through main)
 _depth = 0
 
@@ -92,6 +99,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         if nested:  # the outer main knows whether it was SIGTERM, and prints the one line
             raise
+        _last_line_follows(handle_signals)
         return stopped(bool(terminated))
     except Exception as e:
         if isinstance(e, BrokenPipeError) and silence_closed_stdout():
@@ -99,7 +107,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if debug:
             raise
         code, message = explain(e)
-        print(message, file=sys.stderr, flush=True)  # under torchrun, before torchrun's report
+        _last_line_follows(handle_signals)
+        sys.stderr.write(message + "\n")  # one write: whole under torchrun, before its report
+        sys.stderr.flush()
         return code
     finally:
         _depth -= 1
