@@ -19,7 +19,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from typing import List, Optional
 
@@ -28,20 +27,10 @@ import numpy as np
 from rsmooth.engine.shards import certify_so_far
 from rsmooth.metrics import CertifyResult, acr, clopper_pearson_interval, read_certify_tsv, read_sidecar
 from rsmooth.metrics.paired import PairedComparison, compare_paired
-from rsmooth.report.paper import paper_table
-from table4_paired import RUNS, _authors_full  # this folder
+from table4_paired import RUNS, _authors_full, paper_row, table_radii  # this folder
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU = ROOT / "docs" / "reproductions" / "fashion-mnist-table4" / "gpu"
-
-
-def _paper(sigma: str):
-    return next(p for p in paper_table("catrs:table4") if p.method == "gaussian"
-                and math.isclose(p.sigma, float(sigma)) and p.dataset == "fashion-mnist")
-
-
-def _radii(sigma: str) -> List[float]:
-    return sorted(r for r in _paper(sigma).accuracy if r < 3.8115 * float(sigma))  # below the largest radius
 
 
 def _ours(sigma: str) -> Optional[CertifyResult]:
@@ -55,7 +44,7 @@ def _authors(sigma: str, labels: CertifyResult) -> Optional[CertifyResult]:
     full = _authors_full(sigma)
     if full is None:
         return None
-    radius, correct = full
+    radius, correct = full  # predict below: the label where correct, else -1 (not copied; unused)
     label = np.full(radius.size, -1, dtype=np.int64)
     label[labels.idx] = labels.label
     idx = np.arange(radius.size)
@@ -95,7 +84,7 @@ def all_images() -> List[str]:
         ours = _ours(sigma)
         if ours is None:
             continue
-        paper, radii = _paper(sigma), _radii(sigma)
+        paper, radii = paper_row(sigma), table_radii(sigma)
         theirs = _authors(sigma, ours)
         cells = [f"{acr(ours.radius, ours.correct):.3f} ({paper.acr:.3f})"]
         for r in radii:
@@ -111,7 +100,7 @@ def all_images() -> List[str]:
                          + " | ".join(f"{100 * r.accuracy_b:.1f}" for r in c.radii) + " |")
     if not lines:
         return []
-    radii = _radii("0.50")
+    radii = table_radii("0.50")
     return ["| sigma | images | ACR (paper) | " + " | ".join(f"r = {r:g} (paper) [95% interval]" for r in radii) + " |",
             "|---:|---|" + "---:|" * (len(radii) + 1), *lines]
 
@@ -123,7 +112,7 @@ def paired_rows(root: Optional[Path]) -> List[str]:
         ours = _ours(sigma)
         if ours is None:
             continue
-        radii = _radii(sigma)
+        radii = table_radii(sigma)
         theirs = _authors(sigma, ours)
         if theirs is not None:
             c = compare_paired(ours, theirs, radii)

@@ -44,6 +44,17 @@ RUNS = (("0.25", "gaussian_0.25", "catrs_fmnist_noise_0.25_cohen_certify_every10
         ("0.50", "gaussian_0.50", "catrs_fmnist_noise_0.50_cohen_certify_every10th.tsv"))
 
 
+def paper_row(sigma: str):
+    """The paper's Gaussian row of Table 4 at ``sigma`` (as printed, e.g. "0.50")."""
+    return next(p for p in paper_table("catrs:table4") if p.method == "gaussian"
+                and math.isclose(p.sigma, float(sigma)) and p.dataset == "fashion-mnist")
+
+
+def table_radii(sigma: str) -> List[float]:
+    """The table's radii that n = 100,000 can certify at ``sigma`` (below 3.8115 sigma)."""
+    return sorted(r for r in paper_row(sigma).accuracy if r < 3.8115 * float(sigma))
+
+
 def paired(root: Path) -> List[str]:
     """The markdown lines of the paired comparison (empty when either side is missing)."""
     lines: List[str] = []
@@ -52,9 +63,7 @@ def paired(root: Path) -> List[str]:
         if ours is None or not (AUTHORS / name).is_file():
             continue
         theirs = read_certify_tsv(AUTHORS / name)
-        paper = next(p for p in paper_table("catrs:table4") if p.method == "gaussian"
-                     and math.isclose(p.sigma, float(sigma)) and p.dataset == "fashion-mnist")
-        radii = sorted(r for r in paper.accuracy if r < 3.8115 * float(sigma))  # below the largest radius
+        paper, radii = paper_row(sigma), table_radii(sigma)
         c = compare_paired(ours, theirs, radii)
         printed = compare_paired(dataclasses.replace(ours, radius=printed_radii(ours.radius)), theirs, radii)
         for r, row, p in zip(radii, c.radii, printed.radii):
@@ -93,9 +102,8 @@ def subsets() -> List[str]:
         if full is None:
             continue
         radius, correct = full
-        paper = next(p for p in paper_table("catrs:table4") if p.method == "gaussian"
-                     and math.isclose(p.sigma, float(sigma)) and p.dataset == "fashion-mnist")
-        columns = ["ACR", *sorted(r for r in paper.accuracy if r < 3.8115 * float(sigma))]
+        paper = paper_row(sigma)
+        columns = ["ACR", *table_radii(sigma)]
 
         def figures(mask):
             return [(radius * correct)[mask].mean() if c == "ACR" else 100 * (correct & (radius >= c))[mask].mean()
