@@ -200,7 +200,7 @@ def test_output_file_checks(tmp_path, monkeypatch):
     with pytest.raises(RsmoothError, match="is a file, not a folder"):
         check_output_file(tmp_path / "f" / "out.tsv")
     for bad in ("/proc/rsmooth_test/out.tsv", "/proc/out.tsv"):
-        with pytest.raises(RsmoothError, match=rf"cannot write --out {bad}: /proc is not writable"):
+        with pytest.raises(RsmoothError, match=rf"cannot write out='{bad}': /proc is not writable"):
             check_output_file(bad)
     assert check_output_file(tmp_path / "new" / "deeper" / "out.tsv") == tmp_path / "new" / "deeper" / "out.tsv"
     assert list(tmp_path.iterdir()) == [tmp_path / "f"]  # nothing created
@@ -209,7 +209,7 @@ def test_output_file_checks(tmp_path, monkeypatch):
         raise OSError(errno.EROFS, "Read-only file system")
 
     monkeypatch.setattr("tempfile.mkstemp", read_only)
-    with pytest.raises(RsmoothError, match=r"is not writable \(Read-only file system\); choose another --out"):
+    with pytest.raises(RsmoothError, match=r"is not writable \(Read-only file system\); choose another out$"):
         check_output_dir(tmp_path / "run")
 
 

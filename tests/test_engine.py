@@ -41,7 +41,7 @@ def test_learning_and_log(tmp_path):
 @pytest.mark.slow
 def test_existing_checkpoint_needs_resume_and_same_settings(tmp_path):
     train(_config(epochs=1), tmp_path, **QUIET)
-    with pytest.raises(RsmoothError, match="already exists; pass --resume"):
+    with pytest.raises(RsmoothError, match="already exists; pass resume=True"):
         train(_config(epochs=1), tmp_path, **QUIET)
     with pytest.raises(RsmoothError, match="cannot resume .* with --lr 0.05, not --lr 0.1;"):
         train(_config(epochs=2, lr=0.1), tmp_path, resume=True, **QUIET)

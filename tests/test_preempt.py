@@ -154,7 +154,8 @@ def test_sigterm_mid_epoch_saves_the_step_and_resume_finishes(ref, tmp_path, cap
     finally:
         p.kill()
     assert p.returncode == 143, stderr
-    assert stderr.strip() == "rsmooth: terminated; rerun the same command (train: add --resume) to continue"
+    assert stderr.strip() == ("rsmooth: terminated; rerun the same command with --resume to continue from the "
+                              "last saved step")
     partial = read_checkpoint(run)["partial"]
     assert partial["epoch"] == 1 and partial["steps"] >= 1
     assert (f"stopped in epoch 2/2 after step {partial['steps']}/10: saved {run / 'checkpoint.pt'}; "
@@ -226,7 +227,7 @@ def test_resume_refuses_fewer_epochs_than_the_partial_one(tmp_path):
     run = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         train(_config(train_subset=256), run, callbacks=[_Signal(5)], **QUIET)
-    with pytest.raises(RsmoothError, match=r"stopped inside epoch 2; pass --epochs 2 or more"):
+    with pytest.raises(RsmoothError, match=r"stopped inside epoch 2; pass epochs=2 or more"):
         train(_config(train_subset=256, epochs=1), run, resume=True, **QUIET)
 
 

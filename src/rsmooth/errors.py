@@ -1,8 +1,16 @@
 """User-facing errors: one line that says what is wrong and how to fix it.
 
 The CLI prints ``rsmooth: error: <message>`` for an :class:`RsmoothError` and
-exits with status 2, never a traceback.
+exits with status 2, never a traceback.  A message names a setting as its reader gives it
+(:func:`setting`): a flag inside a command (:func:`command_line`), a keyword argument from Python.
 """
+import contextlib
+import contextvars
+from typing import Any, Iterator, Optional
+
+#: whether the messages formed now are read by a command's user (flags) or a Python caller (keywords)
+_COMMAND_LINE: "contextvars.ContextVar[bool]" = contextvars.ContextVar("rsmooth_command_line", default=False)
+_NO_VALUE: Any = object()
 
 
 class RsmoothError(ValueError):
@@ -39,3 +47,27 @@ def did_you_mean(name: str, choices, n: int = 3) -> str:
 
     close = difflib.get_close_matches(name, list(choices), n=n, cutoff=0.6)
     return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
+@contextlib.contextmanager
+def command_line() -> Iterator[None]:
+    """Inside, :func:`setting` names command-line flags (the ``rsmooth`` command runs in it)."""
+    token = _COMMAND_LINE.set(True)
+    try:
+        yield
+    finally:
+        _COMMAND_LINE.reset(token)
+
+
+def spelled(flag: str, keyword: str) -> str:
+    """What a message tells its reader to pass: ``flag`` in a command, ``keyword`` from Python."""
+    return flag if _COMMAND_LINE.get() else keyword
+
+
+def setting(name: str, value: Any = _NO_VALUE, *, flag: Optional[str] = None) -> str:
+    """How a message names setting ``name`` (with ``value``): ``--epochs 5`` in a command (``flag``,
+    default the name with dashes; a true bool is the bare flag), ``epochs=5`` from Python."""
+    flag = flag or "--" + name.replace("_", "-")
+    if value is _NO_VALUE:
+        return spelled(flag, name)
+    return spelled(flag if value is True else f"{flag} {value}", f"{name}={value!r}")

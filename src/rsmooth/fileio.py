@@ -28,7 +28,7 @@ import warnings
 from pathlib import Path
 from typing import IO, Callable, Iterator, Optional, Union
 
-from .errors import RsmoothError
+from .errors import RsmoothError, setting
 
 try:
     import fcntl
@@ -211,7 +211,7 @@ def _acquire(lock_file: Path, target: PathLike) -> Optional[int]:
             if e.errno not in (errno.EAGAIN, errno.EACCES):
                 raise OSError(e.errno, e.strerror, os.fspath(lock_file)) from None
             raise RsmoothError(f"another rsmooth process (pid {holder}) is writing {target}; "
-                               f"wait for it to finish or choose another --out") from None
+                               f"wait for it to finish or choose another {setting('out')}") from None
         try:
             same = os.path.samestat(os.fstat(fd), os.stat(lock_file))
         except FileNotFoundError:

@@ -55,7 +55,8 @@ def _add_mode(sub: argparse._SubParsersAction, name: str, helptext: str) -> None
     add_arch_flags(c, train=False)
     add_common_data(c)
     add_foreign_flags(c)
-    c.set_defaults(func=run, mode=name)
+    c.set_defaults(func=run, mode=name, rerun_hint=" (without --overwrite) to continue the file: its finished "
+                   "rows are kept")
 
 
 def _add_diffusion_flags(p: argparse.ArgumentParser) -> None:

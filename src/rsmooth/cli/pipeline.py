@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_common_data(pl)
     add_method_flags(pl)
     add_foreign_flags(pl)
-    pl.set_defaults(func=run)
+    pl.set_defaults(func=run, rerun_hint=" to continue (finished steps are kept)")
 
 
 def run(args: argparse.Namespace) -> None:

@@ -39,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "cluster job each), and run nothing; then --collect writes the table")
     rp.add_argument("--collect", action="store_true", help="write the table from the runs done, running nothing")
     add_common_data(rp)
-    rp.set_defaults(func=run)
+    rp.set_defaults(func=run, rerun_hint=" to continue (finished steps are kept)")
 
 
 def run(args: argparse.Namespace) -> None:

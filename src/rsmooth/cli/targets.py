@@ -39,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_common_data(tg)
     add_foreign_flags(tg)
     add_heartbeat_flag(tg)
-    tg.set_defaults(func=run)
+    tg.set_defaults(func=run, rerun_hint=" (without --overwrite) to continue")
 
 
 def run(args: argparse.Namespace) -> None:

@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_common_data(t)
     add_method_flags(t)
     add_foreign_flags(t)
-    t.set_defaults(func=run)
+    t.set_defaults(func=run, rerun_hint=" with --resume to continue from the last saved step")
 
 
 def _add_settings(t: argparse.ArgumentParser) -> None:

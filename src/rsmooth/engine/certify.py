@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 
-from ..errors import RsmoothError, check
+from ..errors import RsmoothError, check, setting, spelled
 from ..fileio import atomic_write_bytes, remove_stale_temps, run_lock
 from ..metrics import (CertifyWriter, acr, certified_accuracy, read_certify_tsv, read_sidecar, sidecar_path,
                        write_sidecar)
@@ -129,8 +129,9 @@ class CertifyJob:
             check(self.radii is not None, "sequential certification needs the radii to decide: --radii 0.25 0.5 0.75")
             v["radii"] = sorted(set(validate_radii(self.radii)))
         else:
-            check(self.radii is None,
-                  "--radii goes with --sequential (the radii to decide); drop it or add --sequential")
+            sequential_mode = spelled("--sequential", "mode='sequential'")
+            check(self.radii is None, f"{setting('radii')} goes with {sequential_mode} (the radii to decide); "
+                                      f"drop it or pass {sequential_mode}")
         if sequential:
             n_max = v["n_max"] = validate_count("n_max", self.n_max)
             n0 = v["n0"]
@@ -542,7 +543,7 @@ def _finished(out: Path, meta: dict) -> bool:
 def _other_run(out: Path, old: dict, meta: dict, key: str) -> RsmoothError:
     """The error for an ``out`` that holds a run whose ``key`` differs from this one's."""
     return RsmoothError(f"{out} holds a run with {key}={old.get(key)!r}, not {meta.get(key)!r}; "
-                        f"pass --overwrite to replace it or choose another --out")
+                        f"pass {setting('overwrite', True)} to replace it or choose another {setting('out')}")
 
 
 def _certify_into(r: Resolved, out_path: Path, indices: List[int], meta: dict,
@@ -596,7 +597,7 @@ def _start_sidecar(out_path: Path, meta: dict, overwrite: bool) -> bool:
         old = read_sidecar(out_path)
         if old is None:
             raise RsmoothError(f"{out_path} exists without its metadata {sidecar_path(out_path)}; "
-                               f"pass --overwrite to replace it or choose another --out")
+                               f"pass {setting('overwrite', True)} to replace it or choose another {setting('out')}")
         diff = identity_diff(old, meta) + (["shard"] if old.get("shard") != meta.get("shard") else [])
         if diff:
             raise _other_run(out_path, old, meta, diff[0])
@@ -614,7 +615,7 @@ def _check_out(out: str, checkpoint: Path, overwrite: bool) -> None:
         with open(path, "rb") as f:
             first = f.read(len(TSV_HEADER) + 2).decode("utf-8", "replace").splitlines()[:1]
         check(first == [TSV_HEADER], f"--out {out} exists and is not a certify TSV; --overwrite replaces only "
-                                     f"certify results: choose another --out or delete the file yourself")
+                                     f"certify results: choose another {setting('out')} or delete the file yourself")
 
 
 def _warn_small_n(n: int, alpha: float, sigma: float, log: Callable[[str], None]) -> None:

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from .. import __version__
-from ..errors import RsmoothError, check
+from ..errors import RsmoothError, check, setting
 from ..fileio import atomic_write_bytes, naming, open_nofollow, remove_stale_temps, run_lock
 from ..methods import METHODS, Batch, Method, StepContext, create_method
 from ..paths import check_output_dir
@@ -506,7 +506,8 @@ def train(
                                       "step": position["steps"] if position else 0, "reason": reason})
 
         with run, _run_log(Path(out), c, history, sessions, w) as write, StopSignals() as stop, \
-                distributed.collectives(w, "the other ranks' steps", distributed.RERUN_TRAIN):
+                distributed.collectives(w, "the other ranks' steps", f"rerun the same torchrun command with "
+                                        f"{setting('resume', True)} to continue from the last checkpoint"):
             control = _Control(run, save, CheckpointClock(c.checkpoint_every, start_epoch * spe + (
                 partial["steps"] if partial else 0)), stop, w, spe, log, str(ckpt_path), progress)
             if distributed.broadcast(wants_step, w, "rank 0's callbacks"):
@@ -678,7 +679,8 @@ class _Control:
         """Save the epoch in progress, say how to continue, and stop (as the signal asked)."""
         self.save(pos.epoch, "signal", self.run.partial_state())
         self.log(f"stopped in epoch {pos.epoch + 1}/{self.run.c.epochs} after step {pos.steps}/"
-                 f"{self.steps_per_epoch}: saved {self.path}; rerun with --resume to continue from this step")
+                 f"{self.steps_per_epoch}: saved {self.path}; rerun with {setting('resume', True)} to continue "
+                 f"from this step")
         self.stop.resend()
 
     def after_epoch(self, epoch: int) -> None:
@@ -686,7 +688,7 @@ class _Control:
         stop, _ = self._agree(self.requested(), False)
         if stop:
             self.log(f"stopped after epoch {epoch + 1}/{self.run.c.epochs}: saved {self.path}; "
-                     f"rerun with --resume to continue")
+                     f"rerun with {setting('resume', True)} to continue")
             self.stop.resend()
 
     def _heartbeat(self, pos: "_Position") -> None:
@@ -773,8 +775,8 @@ def _start_state(ckpt_path: Path, c: TrainConfig, resume: bool, w: World,
 def _read_resume(ckpt_path: Path, c: TrainConfig, resume: bool, log: Callable[[str], None]
                  ) -> Optional[Dict[str, Any]]:
     if ckpt_path.exists() and not resume:
-        raise RsmoothError(f"{ckpt_path} already exists; pass --resume to continue that run "
-                           f"or choose another --out")
+        raise RsmoothError(f"{ckpt_path} already exists; pass {setting('resume', True)} to continue that "
+                           f"run or choose another {setting('out')}")
     if not (resume and ckpt_path.exists()):
         return None
     ck = read_checkpoint(ckpt_path)
@@ -784,20 +786,22 @@ def _read_resume(ckpt_path: Path, c: TrainConfig, resume: bool, log: Callable[[s
     partial = _partial_of(ck)
     if partial is not None:
         check(int(partial.get("epoch", -1)) == start_epoch, f"{ckpt_path} is damaged: its mid-epoch "
-              f"position is not in epoch {start_epoch + 1}; restore it from a copy or choose another --out")
+              f"position is not in epoch {start_epoch + 1}; restore it from a copy or choose another "
+              f"{setting('out')}")
         if c.epochs <= start_epoch:
-            raise RsmoothError(f"cannot resume {ckpt_path} with --epochs {c.epochs}: it stopped inside "
-                               f"epoch {start_epoch + 1}; pass --epochs {start_epoch + 1} or more")
+            raise RsmoothError(f"cannot resume {ckpt_path} with {setting('epochs', c.epochs)}: it stopped "
+                               f"inside epoch {start_epoch + 1}; pass {setting('epochs', start_epoch + 1)} or more")
         log(f"resuming {ckpt_path} in epoch {start_epoch + 1} after step {partial['steps']}")
         return ck
     if start_epoch > c.epochs:
-        raise RsmoothError(f"cannot resume {ckpt_path} with --epochs {c.epochs}: it has already "
-                           f"trained {start_epoch} epochs; pass --epochs {start_epoch} or more, "
-                           f"or choose another --out")
+        raise RsmoothError(f"cannot resume {ckpt_path} with {setting('epochs', c.epochs)}: it has already "
+                           f"trained {start_epoch} epochs; pass {setting('epochs', start_epoch)} or more, "
+                           f"or choose another {setting('out')}")
     if start_epoch == c.epochs:
-        log(f"{ckpt_path} has already trained all {c.epochs} epochs; nothing to do "
-            f"(pass a larger --epochs to train further)")
-    log(f"resuming {ckpt_path} after epoch {start_epoch}")
+        log(f"{ckpt_path} has already trained all {c.epochs} epochs; nothing to do (to train further, "
+            f"pass more epochs, e.g. {setting('epochs', c.epochs + 1)})")
+    else:
+        log(f"resuming {ckpt_path} after epoch {start_epoch}")
     return ck
 
 

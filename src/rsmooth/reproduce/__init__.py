@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from ..errors import RsmoothError, check
+from ..errors import RsmoothError, check, setting
 from ..fileio import atomic_write_text
 from ..paths import check_output_dir
 from .plan import Step, commands, plan
@@ -63,7 +63,7 @@ def _check_folder(out: Path, spec: TableSpec, budget: Budget) -> None:
               f"delete it to tie {out} to {spec.id} at budget {budget.name}")
         for k, v in mine.items():
             check(old.get(k) == v, f"{out} holds a reproduction of {old.get('table')} at budget {old.get('budget')}, "
-                  f"not {spec.id} at {budget.name}; choose another --out")
+                  f"not {spec.id} at {budget.name}; choose another {setting('out')}")
         return
     if record.exists():
         warnings.warn(f"{record} was empty (a run was stopped while writing it, before any step); "
