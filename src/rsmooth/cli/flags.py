@@ -177,8 +177,9 @@ def trainable_datasets() -> List[str]:
 
 
 def add_common_data(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data-dir", help="where datasets live or are downloaded to "
-                   "(default: $RSMOOTH_DATA, then ~/.cache/rsmooth/data)")
+    p.add_argument("--data-dir", help="the folder datasets are read from, or downloaded to when missing; "
+                   "no other folder is searched (default: $RSMOOTH_DATA, then system folders, then "
+                   "~/.cache/rsmooth/data; digits ships with scikit-learn and reads none)")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
 
 
