@@ -296,23 +296,48 @@ def add_corruption_flags(p: argparse.ArgumentParser) -> None:
                    "cifar10-c for colour ones)")
 
 
+#: the title of the group of method hyperparameter flags (:class:`MethodHelp` retitles it)
+_HPARAM_GROUP = "method hyperparameters (defaults are per method; a preset may set them)"
+
+
 def add_method_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("method hyperparameters (defaults are per method; a preset may set them)")
+    """Every method's hyperparameter flags, each action keeping its help per method (``method_help``)."""
+    g = p.add_argument_group(_HPARAM_GROUP)
     from ..engine.runconfig import method_flags
 
     for flag, uses in sorted(method_flags().items()):
         first = uses[0][1]
         ftype = _field_type(first)
+        own = {m: f"{f.metadata.get('help', '')} (default: {f.default})".replace("%", "%%") for m, f in uses}
         texts: Dict[str, List[str]] = {}  # one entry per distinct (help, default)
-        for m, f in uses:
-            texts.setdefault(f"{f.metadata.get('help', '')} (default: {f.default})", []).append(m)
+        for m, text in own.items():
+            texts.setdefault(text, []).append(m)
         help_text = "; ".join(f"{', '.join(ms)}: {t}" for t, ms in texts.items())
         choices = list(dict.fromkeys(c for _, f in uses for c in f.metadata.get("choices", ())))
         if ftype is bool:
             kw: Dict[str, Any] = dict(action=argparse.BooleanOptionalAction)
         else:
             kw = dict(type=ftype, choices=choices or None, metavar=None if choices else first.name.upper())
-        g.add_argument(flag, dest=_dest(flag), default=None, help=help_text.replace("%", "%%"), **kw)
+        g.add_argument(flag, dest=_dest(flag), default=None, help=help_text, **kw).method_help = own
+
+
+class MethodHelp(argparse.Action):
+    """``-h/--help`` of a command with --method and :func:`add_method_flags`: after ``--method M``,
+    only M's hyperparameter flags, each with M's own help."""
+
+    def __init__(self, option_strings: List[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        method = getattr(namespace, "method", None)
+        for group in parser._action_groups if method else ():
+            if group.title == _HPARAM_GROUP:
+                group.title = f"--method {method}'s hyperparameters (without --method, --help lists every method's)"
+                for action in group._group_actions:
+                    action.help = action.method_help.get(method, argparse.SUPPRESS)
+        parser.print_help()
+        parser.exit()
 
 
 def method_args(args: argparse.Namespace, method: str) -> Dict[str, Any]:

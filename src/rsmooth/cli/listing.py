@@ -11,7 +11,8 @@ _LIST_KINDS = ("datasets", "architectures", "methods", "presets", "corruptions")
 def add_parser(sub: argparse._SubParsersAction) -> None:
     ls = sub.add_parser("list", help="list datasets, architectures, methods, presets and corruptions",
                         description="Without KIND: every kind, wrapped. With KIND: one per line "
-                        "(presets with the paper table they reproduce).")
+                        "(presets with the paper table they reproduce; '(denoiser)' marks the architectures "
+                        "of denoised smoothing's denoisers).")
     ls.add_argument("kind", nargs="?", choices=_LIST_KINDS, help="what to list")
     ls.set_defaults(func=run)
 
@@ -24,11 +25,12 @@ def _wrapped(title: str, names: List[str], indent: str = "  ") -> str:
 def run(args: argparse.Namespace) -> None:
     from ..data import DATASETS
     from ..methods import METHODS
-    from ..models import arch_names
+    from ..models import DENOISERS, arch_names
     from ..presets import PRESETS, get_preset
 
+    archs = arch_names() + [f"{name} (denoiser)" for name in DENOISERS.names()]  # all that train's --arch takes
     names = {kind: [n for n in names if not n.startswith("_")]  # "_name": private (tests)
-             for kind, names in zip(_LIST_KINDS, (DATASETS.names(), arch_names(), METHODS.names(), PRESETS.names()))}
+             for kind, names in zip(_LIST_KINDS, (DATASETS.names(), archs, METHODS.names(), PRESETS.names()))}
     if args.kind == "presets":
         width = max(map(len, names["presets"]))
         for name in names["presets"]:

@@ -6,7 +6,7 @@ import argparse
 from typing import Any, Dict
 
 from ..errors import RsmoothError
-from .flags import (ARCH_FIELDS, UNITS, add_arch_flags, add_common_data, add_foreign_flags, add_method_flags,
+from .flags import (ARCH_FIELDS, UNITS, MethodHelp, add_arch_flags, add_common_data, add_foreign_flags, add_method_flags,
                     add_trust_code_flag, integer, method_args, trainable_datasets)
 
 
@@ -15,7 +15,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Train a base classifier for randomized smoothing. Writes "
                        "OUT/checkpoint.pt after every epoch and on SIGTERM/Ctrl-C (atomically; within epochs too with "
                        "--checkpoint-every), OUT/config.json and "
-                       "OUT/train.log. " + UNITS)
+                       "OUT/train.log. " + UNITS, add_help=False)
+    t.add_argument("-h", "--help", action=MethodHelp, help="show this help message and exit (after --method M: "
+                   "only M's hyperparameters)")
     _add_settings(t)
     _add_schedule(t)
     _add_data_flags(t)

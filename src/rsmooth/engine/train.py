@@ -141,6 +141,7 @@ class TrainConfig:
                                                   f"(e.g. {{'sigma': 0.25}}), got {self.hparams!r}")
         d = DATASET_DEFAULTS.get(self.dataset, DATASET_DEFAULTS["cifar10"])
         denoiser = is_denoiser(self.method)
+        _check_not_a_denoiser(self.arch, self.method, denoiser)
         c = dataclasses.replace(
             self,
             arch=(self.arch or ("dncnn" if info.input_shape[0] == 3 else "dncnn_small")) if denoiser
@@ -246,6 +247,19 @@ class TrainResult:
 def is_denoiser(method: str) -> bool:
     """Whether ``method`` trains a denoiser in front of a frozen classifier (denoised smoothing)."""
     return bool(getattr(METHODS.get(method), "denoiser", False))
+
+
+def _check_not_a_denoiser(arch: Optional[str], method: str, denoiser: bool) -> None:
+    """A denoiser architecture (``DENOISERS``) with a method that trains a classifier is refused,
+    naming the methods that train one."""
+    from ..models import DENOISERS
+
+    if arch in DENOISERS and not denoiser:
+        methods = " or ".join(m for m in METHODS.names() if is_denoiser(m))
+        raise RsmoothError(f"{arch} is a denoiser architecture (images to images, no classes) and "
+                           f"{setting('method', method)} trains a classifier: train {arch} with "
+                           f"{setting('method')} {methods} (in front of a {setting('classifier')}), or "
+                           f"choose a classifier architecture ('rsmooth list architectures')")
 
 
 def lr_factor(epoch: int, c: "TrainConfig") -> float:
