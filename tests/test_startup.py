@@ -1,0 +1,99 @@
+"""How rsmooth starts (issue 37): ``python -m rsmooth`` and rsmooth's child processes import nothing
+from the current folder (item 3); ``import rsmooth`` and the commands that need no tensor do not
+import PyTorch (item 19)."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import SUBPROCESS_ENV
+from rsmooth.imports import drop_cwd_when_run, rsmooth_command
+
+ENV = {k: v for k, v in SUBPROCESS_ENV.items() if k != "PYTHONSAFEPATH"}
+
+# ----------------------------------------------------------------------------- item 3: the current folder
+
+MARKER = "open({!r}, 'w').close()\n"
+
+
+def _preloaded(tmp_path: Path) -> set:
+    """The top-level modules Python itself imports before a ``python -m`` package's first line runs
+    (``site``, ``runpy`` and theirs): nothing rsmooth does can keep them from the current folder."""
+    probe = tmp_path / "probe"
+    (probe / "i37probe").mkdir(parents=True)
+    (probe / "i37probe" / "__init__.py").write_text("import sys\nprint(' '.join(sys.modules))\n")
+    (probe / "i37probe" / "__main__.py").write_text("")
+    env = {**ENV, "PYTHONPATH": str(probe)}
+    done = subprocess.run([sys.executable, "-m", "i37probe"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60, check=True)
+    return {m.partition(".")[0] for m in done.stdout.split()}
+
+
+@pytest.fixture
+def planted(tmp_path):
+    """A current folder holding a module for every standard-library name Python has not imported
+    by then, and numpy, torch, scipy, PIL, yaml, rsmooth's first imports: each writes a marker
+    file (in ``markers``) when imported."""
+    cwd, markers = tmp_path / "cwd", tmp_path / "markers"
+    cwd.mkdir(), markers.mkdir()
+    names = (set(sys.stdlib_module_names) - _preloaded(tmp_path)) | {"numpy", "torch", "scipy", "PIL", "yaml"}
+    for name in names:
+        (cwd / f"{name}.py").write_text(MARKER.format(str(markers / name)))
+    victim = cwd / "victim.txt"
+    victim.write_text("unchanged\n")
+    yield cwd
+    assert sorted(p.name for p in markers.iterdir()) == []  # no module of the current folder ran
+    assert victim.read_text() == "unchanged\n"
+
+
+def test_i37_python_m_rsmooth_imports_nothing_from_the_current_folder(planted):
+    """The tester's typing.py ran on ``python -m rsmooth --version``: rsmooth/__init__ imported it
+    before __main__ dropped the folder."""
+    for argv in (["-m", "rsmooth", "--version"], ["-m", "rsmooth.cli", "--version"]):
+        done = subprocess.run([sys.executable, *argv], cwd=planted, env=ENV, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0 and done.stdout == "rsmooth 0.1.0\n", done.stderr
+
+
+def test_i37_reproduce_jobs_children_import_nothing_from_the_current_folder(planted, tmp_path, monkeypatch):
+    """``reproduce --jobs K`` starts each step as its own ``python -m rsmooth`` process."""
+    from rsmooth.reproduce.plan import Step
+    from rsmooth.reproduce.run import run_steps
+
+    monkeypatch.chdir(planted)
+    monkeypatch.setenv("PYTHONPATH", ENV["PYTHONPATH"])  # the children's: this tree's rsmooth
+    monkeypatch.delenv("PYTHONSAFEPATH", raising=False)
+    steps = [Step("train", f"step {k}", ["--version"], tmp_path / f"out{k}") for k in range(2)]
+    lines = []
+    run_steps(steps, 2, tmp_path / "logs", log=lines.append)
+    assert sum(line.startswith("   done: step") for line in lines) == 2, lines
+    assert [p.read_text() for p in sorted((tmp_path / "logs").iterdir())] == ["rsmooth 0.1.0\n"] * 2
+
+
+def test_i37_child_command_keeps_the_current_folder_off_the_path():
+    cmd = rsmooth_command(["list"])
+    assert cmd[0] == sys.executable and cmd[-3:] == ["-m", "rsmooth", "list"]
+    assert ("-P" in cmd) == (sys.version_info >= (3, 11))
+
+
+@pytest.mark.parametrize("orig_argv, dropped", [
+    (["python", "-m", "rsmooth", "--version"], True),
+    (["python", "-u", "-X", "importtime", "-W", "ignore", "-m", "rsmooth.cli", "list"], True),
+    (["python", "-Bmrsmooth"], True),
+    (["python", "-m", "mytool", "rsmooth"], False),  # another program importing rsmooth keeps its path
+    (["python", "-X", "-m", "-m", "rsmooth_extra"], False),
+    (["python", "-c", "import rsmooth", "-m", "rsmooth"], False),
+    (["python", "script.py", "-m", "rsmooth"], False),
+])
+def test_i37_only_python_m_rsmooth_drops_the_current_folder(orig_argv, dropped, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "orig_argv", orig_argv)
+    monkeypatch.setattr(sys, "argv", ["-m"])  # while python -m locates its module
+    monkeypatch.setattr(sys, "path", [str(tmp_path), "/a"])
+    drop_cwd_when_run()
+    assert sys.path == (["/a"] if dropped else [str(tmp_path), "/a"])
+    monkeypatch.setattr(sys, "argv", ["/x/rsmooth/__main__.py"])  # once located: never
+    monkeypatch.setattr(sys, "path", [str(tmp_path), "/a"])
+    drop_cwd_when_run()
+    assert sys.path == [str(tmp_path), "/a"]
