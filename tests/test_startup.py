@@ -1,6 +1,8 @@
 """How rsmooth starts (issue 37): ``python -m rsmooth`` and rsmooth's child processes import nothing
 from the current folder (item 3); ``import rsmooth`` and the commands that need no tensor do not
 import PyTorch (item 19)."""
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +99,64 @@ def test_i37_only_python_m_rsmooth_drops_the_current_folder(orig_argv, dropped, 
     monkeypatch.setattr(sys, "path", [str(tmp_path), "/a"])
     drop_cwd_when_run()
     assert sys.path == [str(tmp_path), "/a"]
+
+
+# ----------------------------------------------------------------------------- item 19: no PyTorch to start
+
+GOLDEN = Path(__file__).parent / "golden" / "help"
+NO_TENSOR = [["--version"], ["--help"], *([sub, "--help"] for sub in (
+    "train", "certify", "predict", "merge", "targets", "pipeline", "analyze", "demo", "preview-corruptions",
+    "list", "reproduce", "show-preset")), ["list"], ["list", "corruptions"], ["list", "presets"]]
+PROBE = """
+import contextlib, io, json, os, sys
+os.environ["COLUMNS"] = "100"
+import rsmooth
+from rsmooth.cli import main
+out = {"dir": dir(rsmooth), "all": rsmooth.__all__}
+for argv in json.loads(sys.argv[1]):
+    with contextlib.redirect_stdout(io.StringIO()) as text:
+        try:
+            code = main(argv)
+        except SystemExit as e:
+            code = e.code
+    out[" ".join(argv)] = [code, text.getvalue()]
+out["heavy"] = sorted({m.partition(".")[0] for m in sys.modules} & {"torch", "scipy", "matplotlib", "safetensors"})
+print(json.dumps(out))
+"""
+
+
+def test_i37_catalog_is_what_the_registries_give():
+    """The parser and ``rsmooth list`` read the registries from catalog.json, PyTorch-free."""
+    from rsmooth.cli import catalog
+
+    if os.environ.get("RSMOOTH_REGEN_GOLDEN"):
+        catalog.write()
+    assert catalog.build() == json.loads(catalog.FILE.read_text()), (
+        "a registry changed: RSMOOTH_REGEN_GOLDEN=1 python -m pytest tests/test_startup.py -k catalog rewrites it")
+    from rsmooth.models import ENTRY_POINT_GROUP, arch_names
+
+    assert catalog.ENTRY_POINT_GROUP == ENTRY_POINT_GROUP and catalog.architectures() == [
+        n for n in arch_names() if not n.startswith("_")]
+
+
+def test_i37_commands_that_need_no_tensor_do_not_import_torch(capsys):
+    """--version, every --help and list (the tester: 6.3 s and 7.0 s, 3.1 s of it importing torch)
+    print what they print with the registries read live, without importing PyTorch."""
+    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(NO_TENSOR)], env=ENV, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out.pop("heavy") == []
+    import rsmooth
+
+    assert out.pop("all") == rsmooth.__all__ and set(rsmooth.__all__) <= set(out.pop("dir"))
+    assert out.pop("--version") == [0, "rsmooth 0.1.0\n"]
+    for argv, (code, text) in out.items():
+        assert code == 0, argv
+        if argv.endswith("--help"):
+            name = argv.split()[0] if argv != "--help" else "rsmooth"
+            assert text == (GOLDEN / f"{name}.txt").read_text(), argv
+        else:
+            from rsmooth.cli import main
+
+            assert main(argv.split()) == 0 and capsys.readouterr().out == text, argv

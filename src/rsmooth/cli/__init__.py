@@ -5,7 +5,8 @@ The package owns the command line and nothing below it: one module per subcomman
 (:mod:`.flags`), and how a command ends (:mod:`.exits`: one line per error, exit statuses).
 :func:`main` only builds the parser from :data:`SUBCOMMANDS`, dispatches, and turns errors and
 signals into one line.  A new subcommand is one module plus one entry in :data:`SUBCOMMANDS`
-(whose order is that of ``rsmooth --help``).
+(whose order is that of ``rsmooth --help``).  Building the parser imports no PyTorch: what it
+shows of the registries comes from :mod:`.catalog`, and a subcommand imports the rest in ``run``.
 
 Units: sigma and radii are l2 distances in [0, 1] pixel units (images scaled to [0, 1] before
 normalisation), as in every randomized-smoothing paper.
