@@ -133,7 +133,7 @@ def test_i37_catalog_is_what_the_registries_give():
     if os.environ.get("RSMOOTH_REGEN_GOLDEN"):
         catalog.write()
     assert catalog.build() == json.loads(catalog.FILE.read_text()), (
-        "a registry changed: RSMOOTH_REGEN_GOLDEN=1 python -m pytest tests/test_startup.py -k catalog rewrites it")
+        "a registry changed: RSMOOTH_REGEN_GOLDEN=1 python -m pytest tests/test_cli_golden.py rewrites it")
     from rsmooth.models import ENTRY_POINT_GROUP, arch_names
 
     assert catalog.ENTRY_POINT_GROUP == ENTRY_POINT_GROUP and catalog.architectures() == [

@@ -5,8 +5,8 @@ the registries' names (datasets, architectures, methods), the methods' hyperpara
 defaults, whose modules import PyTorch (seconds).  ``catalog.json`` holds them as the built-in
 registries give them (private ``_names`` left out); a registry already imported in this process is
 read live instead, so one extended in Python is seen whole.  ``tests/test_startup.py`` keeps the
-file equal to the registries; ``RSMOOTH_REGEN_GOLDEN=1`` rewrites it, as it does the golden help
-files.
+file equal to the registries; ``RSMOOTH_REGEN_GOLDEN=1 python -m pytest tests/test_cli_golden.py``
+rewrites it with the golden help files.
 """
 from __future__ import annotations
 
