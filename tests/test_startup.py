@@ -161,3 +161,26 @@ def test_i37_commands_that_need_no_tensor_do_not_import_torch(capsys):
             from rsmooth.cli import main
 
             assert main(argv.split()) == 0 and capsys.readouterr().out == text, argv
+
+
+SPAWNS = """
+import multiprocessing, sys
+from rsmooth.cli import main
+
+if __name__ == "__main__":
+    sys.argv = ["rsmooth", "list", "datasets"]
+    assert main() == 0
+    child = multiprocessing.get_context("spawn").Process(target=print)  # as a DataLoader worker under spawn
+    child.start(), child.join()
+    sys.exit(child.exitcode)
+"""
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="PYTHONSAFEPATH is Python 3.11+")
+def test_i37_the_rsmooth_program_starts_python_children_without_the_current_folder(planted, tmp_path):
+    """A spawned Python child runs ``python -c``, which puts the current folder first again."""
+    script = tmp_path / "program.py"  # not in the current folder: the program's own path has no cwd
+    script.write_text(SPAWNS)
+    done = subprocess.run([sys.executable, str(script)], cwd=planted, env=ENV, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "cifar10" in done.stdout, done.stderr

@@ -6,7 +6,8 @@ module ``python -m`` runs, before rsmooth imports anything else, so both import 
 stray ``typing.py``, ``numpy.py`` or a module left in a run folder is never picked up), and
 :func:`import_module` looks for a module the *user* names on ``sys.path`` and then in the current
 folder, in both.  A module recorded in a file (a run folder's arch) is looked for on ``sys.path``
-only.  rsmooth's own child processes start with :func:`rsmooth_command`.
+only.  rsmooth's own child processes start with :func:`rsmooth_command`, and those of the
+``rsmooth`` program inherit ``PYTHONSAFEPATH=1`` (:func:`keep_cwd_off_child_paths`).
 
 This module runs first: it imports only what ``python -m`` has imported before it (no
 ``typing``, no ``from __future__``), so that nothing is looked up while the current folder is still
@@ -19,7 +20,8 @@ import os
 import sys
 from types import ModuleType
 
-__all__ = ["drop_cwd_when_run", "drop_implicit_cwd", "import_module", "cwd_hint", "rsmooth_command"]
+__all__ = ["drop_cwd_when_run", "drop_implicit_cwd", "import_module", "cwd_hint", "keep_cwd_off_child_paths",
+           "rsmooth_command"]
 
 
 def _is_cwd(entry: str) -> bool:
@@ -61,6 +63,13 @@ def drop_cwd_when_run() -> None:
     Another program that imports rsmooth keeps its ``sys.path``."""
     if sys.argv[:1] == ["-m"] and (_python_m_module() or "").partition(".")[0] == "rsmooth":
         drop_implicit_cwd()
+
+
+def keep_cwd_off_child_paths() -> None:
+    """For the ``rsmooth`` program: the Python processes it starts (``reproduce``'s steps, data-loading
+    workers under the spawn and forkserver start methods, which run ``python -c``) never put the
+    current folder on ``sys.path``: ``PYTHONSAFEPATH=1`` in its environment (Python 3.11+)."""
+    os.environ.setdefault("PYTHONSAFEPATH", "1")
 
 
 def rsmooth_command(argv: list[str]) -> list[str]:

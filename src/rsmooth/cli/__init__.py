@@ -22,6 +22,7 @@ import warnings
 from typing import Any, List, Optional
 
 from .. import __version__
+from ..imports import keep_cwd_off_child_paths
 from . import analyze, certify, demo, listing, merge, pipeline, preview, reproduce, show_preset, targets, train
 from .exits import explain, flushed_at_exit, show_warning, silence_closed_stdout, stopped
 from .flags import UNITS, Parser
@@ -71,9 +72,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     if killed between two units of work (training saves the step in progress, certification keeps
     its whole rows), and rerunning the same command (train: with --resume) continues it.  A main
     called inside another (a step of ``reproduce``) leaves signals to the outer one, which says
-    so once.
+    so once.  Without ``argv`` (the ``rsmooth`` program) the Python processes it starts never put
+    the current folder on ``sys.path`` (:func:`rsmooth.imports.keep_cwd_off_child_paths`).
     """
     global _depth
+    if argv is None:
+        keep_cwd_off_child_paths()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("RSMOOTH_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
