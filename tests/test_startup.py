@@ -16,7 +16,8 @@ ENV = {k: v for k, v in SUBPROCESS_ENV.items() if k != "PYTHONSAFEPATH"}
 
 # ----------------------------------------------------------------------------- item 3: the current folder
 
-MARKER = "open({!r}, 'w').close()\n"
+#: what each planted module does when imported: leave a marker, overwrite the victim
+MARKER = "open({!r}, 'w').close()\nopen({!r}, 'w').write('overwritten')\n"
 
 
 def _preloaded(tmp_path: Path) -> set:
@@ -35,15 +36,15 @@ def _preloaded(tmp_path: Path) -> set:
 @pytest.fixture
 def planted(tmp_path):
     """A current folder holding a module for every standard-library name Python has not imported
-    by then, and numpy, torch, scipy, PIL, yaml, rsmooth's first imports: each writes a marker
-    file (in ``markers``) when imported."""
+    by then, and for numpy, torch, scipy, PIL and yaml: each, imported, writes a marker file (in
+    ``markers``) and overwrites the victim file."""
     cwd, markers = tmp_path / "cwd", tmp_path / "markers"
     cwd.mkdir(), markers.mkdir()
     names = (set(sys.stdlib_module_names) - _preloaded(tmp_path)) | {"numpy", "torch", "scipy", "PIL", "yaml"}
-    for name in names:
-        (cwd / f"{name}.py").write_text(MARKER.format(str(markers / name)))
-    victim = cwd / "victim.txt"
+    victim = tmp_path / "victim.txt"
     victim.write_text("unchanged\n")
+    for name in names:
+        (cwd / f"{name}.py").write_text(MARKER.format(str(markers / name), str(victim)))
     yield cwd
     assert sorted(p.name for p in markers.iterdir()) == []  # no module of the current folder ran
     assert victim.read_text() == "unchanged\n"
@@ -52,7 +53,8 @@ def planted(tmp_path):
 def test_i37_python_m_rsmooth_imports_nothing_from_the_current_folder(planted):
     """The tester's typing.py ran on ``python -m rsmooth --version``: rsmooth/__init__ imported it
     before __main__ dropped the folder."""
-    for argv, printed in ((["rsmooth", "--version"], "rsmooth 0.1.0\n"), (["rsmooth.cli", "--version"], "rsmooth 0.1.0\n"),
+    for argv, printed in ((["rsmooth", "--version"], "rsmooth 0.1.0\n"),
+                          (["rsmooth.cli", "--version"], "rsmooth 0.1.0\n"),
                           (["rsmooth", "list", "corruptions"], "published cifar10-c (severities 1-5)")):
         done = subprocess.run([sys.executable, "-m", *argv], cwd=planted, env=ENV, capture_output=True, text=True,
                               timeout=120)

@@ -182,8 +182,8 @@ def auto_batch_help() -> str:
 
 
 def batch_help() -> str:
-    return (f"noisy samples per forward pass (default: {catalog.default_batch_size()}, within ~15%% of the best on CPU for "
-            f"LeNet and ResNet-20, see BENCHMARKS.md; a GPU may want more)")
+    return (f"noisy samples per forward pass (default: {catalog.default_batch_size()}, within ~15%% of the best "
+            f"on CPU for LeNet and ResNet-20, see BENCHMARKS.md; a GPU may want more)")
 
 
 #: --n when not given (certify leaves it None, to refuse it with --sequential/--adaptive)
