@@ -5,7 +5,8 @@ The package owns the command line and nothing below it: one module per subcomman
 (:mod:`.flags`), and how a command ends (:mod:`.exits`: one line per error, exit statuses).
 :func:`main` only builds the parser from :data:`SUBCOMMANDS`, dispatches, and turns errors and
 signals into one line.  A new subcommand is one module plus one entry in :data:`SUBCOMMANDS`
-(whose order is that of ``rsmooth --help``).
+(whose order is that of ``rsmooth --help``).  Building the parser imports no PyTorch: what it
+shows of the registries comes from :mod:`.catalog`, and a subcommand imports the rest in ``run``.
 
 Units: sigma and radii are l2 distances in [0, 1] pixel units (images scaled to [0, 1] before
 normalisation), as in every randomized-smoothing paper.
@@ -22,6 +23,7 @@ from typing import Any, List, Optional
 
 from .. import __version__
 from ..errors import command_line
+from ..imports import keep_cwd_off_child_paths
 from . import analyze, certify, demo, listing, merge, pipeline, preview, reproduce, show_preset, targets, train
 from .exits import explain, flushed_at_exit, show_warning, silence_closed_stdout, stopped
 from .flags import UNITS, Parser
@@ -71,9 +73,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     if killed between two units of work (training saves the step in progress, certification keeps
     its whole rows); its line says how to continue (the subcommand's ``rerun_hint``).  A main
     called inside another (a step of ``reproduce``) leaves signals to the outer one, which says
-    so once.
+    so once.  Without ``argv`` (the ``rsmooth`` program) the Python processes it starts never put
+    the current folder on ``sys.path`` (:func:`rsmooth.imports.keep_cwd_off_child_paths`).
     """
     global _depth
+    if argv is None:
+        keep_cwd_off_child_paths()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("RSMOOTH_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]

@@ -6,6 +6,7 @@ import argparse
 from typing import Any, Dict
 
 from ..errors import RsmoothError
+from . import catalog
 from .flags import (DEFAULT_N, TRUST_PICKLE, UNITS, add_arch_flags, add_certify_options, add_common_data,
                     add_corruption_flags, add_foreign_flags, add_heartbeat_flag, add_sequential_flags,
                     add_trust_code_flag, auto_batch_help, batch_size, integer, model_options)
@@ -18,8 +19,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_mode(sub: argparse._SubParsersAction, name: str, helptext: str) -> None:
-    from ..data import DATASETS
-
     c = sub.add_parser(name, help=helptext, description=helptext + " (Cohen, Rosenfeld, Kolter "
                        "2019, Certified Adversarial Robustness via Randomized Smoothing, arXiv 1902.02918). "
                        "Writes a TSV (idx label predict radius correct time) row by row and a "
@@ -27,7 +26,7 @@ def _add_mode(sub: argparse._SubParsersAction, name: str, helptext: str) -> None
                        "interrupted run. " + UNITS)
     c.add_argument("--checkpoint", required=True, help="OUT/checkpoint.pt of 'rsmooth train' "
                    "(or its folder), or a public Cohen/Salman/Jeong/MACER checkpoint with --dataset")
-    c.add_argument("--dataset", choices=DATASETS.names(), help="default: the checkpoint's")
+    c.add_argument("--dataset", choices=catalog.datasets(), help="default: the checkpoint's")
     c.add_argument("--split", default="test", choices=["test", "train"], help="default: test")
     c.add_argument("--sigma", type=float, help="noise level, std in [0,1] pixel units (default: the checkpoint's)")
     c.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE)

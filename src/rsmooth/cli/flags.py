@@ -9,11 +9,12 @@ normalisation), as in every randomized-smoothing paper.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import typing
 from typing import Any, Dict, List
 
 from ..errors import RsmoothError
+from . import catalog
+from .catalog import trainable_datasets  # noqa: F401 (the subcommands' --dataset choices)
 
 UNITS = ("sigma and radii are l2 distances in [0,1] pixel units: images are scaled to [0,1] "
          "and the noise is added before normalisation (e.g. sigma 0.25, 0.5, 1.0).")
@@ -101,17 +102,12 @@ def add_foreign_flags(p: argparse.ArgumentParser) -> None:
 
 
 
+#: a method hyperparameter's value type, by the name the catalogue stores
+_TYPES = {"int": int, "float": float, "str": str}
+
+
 def _dest(flag: str) -> str:
     return "hp_" + flag[2:].replace("-", "_")
-
-
-def _field_type(f: dataclasses.Field):
-    t = f.type if not isinstance(f.type, str) else {"int": int, "float": float, "bool": bool,
-                                                     "str": str}.get(f.type.split("[")[0], str)
-    origin = typing.get_origin(t)
-    if origin is typing.Union:
-        t = next(a for a in typing.get_args(t) if a is not type(None))
-    return t
 
 
 def _json_object(text: str) -> Dict[str, Any]:
@@ -168,14 +164,6 @@ def model_options(args: argparse.Namespace) -> Dict[str, Any]:
     return {k: getattr(args, k) for k in ARCH_FIELDS if getattr(args, k, None) is not None}
 
 
-def trainable_datasets() -> List[str]:
-    """The datasets one trains on: the published corrupted test sets (cifar10-c, ...) are certified
-    on, never trained on."""
-    from ..data import DATASETS, published_release
-
-    return [n for n in DATASETS.names() if not published_release(n)]
-
-
 def add_common_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", help="the folder datasets are read from, or downloaded to when missing; "
                    "no other folder is searched (default: $RSMOOTH_DATA, then system folders, then "
@@ -195,10 +183,8 @@ def auto_batch_help() -> str:
 
 
 def batch_help() -> str:
-    from ..smoothing import DEFAULT_BATCH_SIZE
-
-    return (f"noisy samples per forward pass (default: {DEFAULT_BATCH_SIZE}, within ~15%% of the best on CPU for "
-            f"LeNet and ResNet-20, see BENCHMARKS.md; a GPU may want more)")
+    return (f"noisy samples per forward pass (default: {catalog.default_batch_size()}, within ~15%% of the best "
+            f"on CPU for LeNet and ResNet-20, see BENCHMARKS.md; a GPU may want more)")
 
 
 #: --n when not given (certify leaves it None, to refuse it with --sequential/--adaptive)
@@ -301,24 +287,16 @@ _HPARAM_GROUP = "method hyperparameters (defaults are per method; a preset may s
 
 
 def add_method_flags(p: argparse.ArgumentParser) -> None:
-    """Every method's hyperparameter flags, each action keeping its help per method (``method_help``)."""
+    """Every method's hyperparameter flag, each action keeping its help per method (``method_help``)."""
     g = p.add_argument_group(_HPARAM_GROUP)
-    from ..engine.runconfig import method_flags
-
-    for flag, uses in sorted(method_flags().items()):
-        first = uses[0][1]
-        ftype = _field_type(first)
-        own = {m: f"{f.metadata.get('help', '')} (default: {f.default})".replace("%", "%%") for m, f in uses}
-        texts: Dict[str, List[str]] = {}  # one entry per distinct (help, default)
-        for m, text in own.items():
-            texts.setdefault(text, []).append(m)
-        help_text = "; ".join(f"{', '.join(ms)}: {t}" for t, ms in texts.items())
-        choices = list(dict.fromkeys(c for _, f in uses for c in f.metadata.get("choices", ())))
-        if ftype is bool:
+    for flag, spec in catalog.method_flags().items():
+        if spec["type"] == "bool":
             kw: Dict[str, Any] = dict(action=argparse.BooleanOptionalAction)
         else:
-            kw = dict(type=ftype, choices=choices or None, metavar=None if choices else first.name.upper())
-        g.add_argument(flag, dest=_dest(flag), default=None, help=help_text, **kw).method_help = own
+            kw = dict(type=_TYPES[spec["type"]], choices=spec["choices"],
+                      metavar=None if spec["choices"] else spec["field"].upper())
+        action = g.add_argument(flag, dest=_dest(flag), default=None, help=spec["help"].replace("%", "%%"), **kw)
+        action.method_help = {m: text.replace("%", "%%") for m, text in spec["own"].items()}
 
 
 class MethodHelp(argparse.Action):

@@ -1,4 +1,5 @@
-"""``rsmooth list``: the registries' names (datasets, architectures, methods, presets, corruptions)."""
+"""``rsmooth list``: the registries' names (datasets, architectures, methods, presets, corruptions),
+read from :mod:`.catalog` where their modules import PyTorch."""
 from __future__ import annotations
 
 import argparse
@@ -23,14 +24,12 @@ def _wrapped(title: str, names: List[str], indent: str = "  ") -> str:
 
 
 def run(args: argparse.Namespace) -> None:
-    from ..data import DATASETS
-    from ..methods import METHODS
-    from ..models import DENOISERS, arch_names
     from ..presets import PRESETS, get_preset
+    from . import catalog
 
-    archs = arch_names() + [f"{name} (denoiser)" for name in DENOISERS.names()]  # all that train's --arch takes
-    names = {kind: [n for n in names if not n.startswith("_")]  # "_name": private (tests)
-             for kind, names in zip(_LIST_KINDS, (DATASETS.names(), archs, METHODS.names(), PRESETS.names()))}
+    archs = catalog.architectures() + [f"{name} (denoiser)" for name in catalog.denoisers()]  # all train's --arch takes
+    names = dict(zip(_LIST_KINDS, (catalog.datasets(), archs, catalog.methods(),
+                                   [n for n in PRESETS.names() if not n.startswith("_")])))
     if args.kind == "presets":
         width = max(map(len, names["presets"]))
         for name in names["presets"]:
@@ -60,7 +59,7 @@ def run(args: argparse.Namespace) -> None:
 def _corruption_listing() -> str:
     """Each suite's corruptions (levels, benchmark membership) and the published corrupted datasets."""
     from ..corruptions import BENCHMARK, HELD_OUT, SUITES
-    from ..data import DATASETS, published_release
+    from . import catalog
 
     lines = []
     for suite in SUITES.values():
@@ -71,9 +70,10 @@ def _corruption_listing() -> str:
             levels = (f"severities {c.severities[0]}-{c.severities[-1]}" if c.severities else "no levels")
             default = f", default {c.default}" if c.default is not None else ""
             lines.append(f"  {c.name:<18} {where:<9} {levels}{default}")
-    for name in DATASETS.names():
-        cls = published_release(name)
-        if cls:
-            levels = f"severities {cls.severities[0]}-{cls.severities[-1]}" if cls.severities else "one level each"
-            lines.append(f"published {name} ({levels}): {', '.join(cls.published_corruptions)}")
+    for name in catalog.datasets():
+        release = catalog.published(name)
+        if release:
+            levels = (f"severities {release['severities'][0]}-{release['severities'][-1]}" if release["severities"]
+                      else "one level each")
+            lines.append(f"published {name} ({levels}): {', '.join(release['corruptions'])}")
     return "\n".join(lines)

@@ -8,7 +8,7 @@ from .flags import (UNITS, add_certify_options, add_common_data, add_foreign_fla
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from ..data import DEFAULT_DATASET
+    from .catalog import default_dataset
 
     pl = sub.add_parser("pipeline", help="the whole CAT-RS recipe: Gaussian -> targets -> CAT-RS -> certify -> analyze",
                         description="Train the sigma0 = 0.25 Gaussian model, compute its consistency targets, "
@@ -16,7 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "same budget) and analyze. Each step is skipped when its output exists and matches, "
                         "and continues when interrupted. " + UNITS)
     pl.add_argument("recipe", choices=["catrs"], help="the recipe to run")
-    pl.add_argument("--dataset", default=DEFAULT_DATASET, choices=trainable_datasets())
+    pl.add_argument("--dataset", default=default_dataset(), choices=trainable_datasets())
     pl.add_argument("--sigma", type=float, default=0.25, help="training and certification noise level")
     pl.add_argument("--epochs", type=integer, help="epochs of every model (default: the presets')")
     pl.add_argument("--batch-size", type=integer, help="batch size of every model")

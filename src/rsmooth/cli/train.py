@@ -36,8 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_settings(t: argparse.ArgumentParser) -> None:
-    from ..data import DEFAULT_DATASET
-    from ..methods import METHODS
+    from .catalog import default_dataset, methods
 
     t.add_argument("--preset", help="start from a paper's settings, e.g. fashion-mnist/gaussian/0.25 "
                    "('rsmooth list' shows them); flags given here override it")
@@ -45,8 +44,8 @@ def _add_settings(t: argparse.ArgumentParser) -> None:
                    "method hyperparameters under hparams), e.g. a run's config.json or 'rsmooth show-preset "
                    "NAME --format yaml'; it overrides --preset, flags given here override it")
     t.add_argument("--dataset", choices=trainable_datasets(),
-                   help=f"training data (default: {DEFAULT_DATASET}, built in, no download)")
-    t.add_argument("--method", choices=METHODS.names(), help="training method (default: gaussian)")
+                   help=f"training data (default: {default_dataset()}, built in, no download)")
+    t.add_argument("--method", choices=methods(), help="training method (default: gaussian)")
     t.add_argument("--sigma", type=float,
                    help="training noise level, std in [0,1] pixel units (default: 0.25); --method standard "
                    "adds no noise and records sigma only as certify's default smoothing level")
