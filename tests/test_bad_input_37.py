@@ -154,6 +154,12 @@ CASES = [
      "c.tsv.json: sidecar JSON must be an object, got list; rerun the certify command with --overwrite"),
     ("sidecar-n-string", _tsv("0\t1\t1\t0.5\t1\t0.1", '{"n": "1e5"}'), ["analyze", "{tmp}/c.tsv", "--ci"],
      "damaged sidecar: n '1e5' must be an integer >= 1"),
+    ("sidecar-n-huge", _tsv("0\t1\t1\t0.5\t1\t0.1", '{"n": 1e400}'), ["analyze", "{tmp}/c.tsv", "--ci"],
+     "c.tsv.json: damaged sidecar: n inf must be an integer >= 1, at most 2**40"),
+    ("sidecar-sigma-huge", _tsv("0\t1\t1\t0.5\t1\t0.1", '{"sigma": 1e300}'), ["analyze", "{tmp}/c.tsv"],
+     "damaged sidecar: sigma 1e+300 must be a number > 0, at most 10"),
+    ("sidecar-n-2**70", _tsv("0\t1\t1\t0.5\t1\t0.1", '{"n": %d}' % 2 ** 70), ["analyze", "{tmp}/c.tsv", "--ci"],
+     f"damaged sidecar: n {2 ** 70} must be an integer >= 1, at most 2**40"),
     # -- reproduce over run folders with a damaged file
     ("reproduce-sidecar-list", _run_folder(_sidecar_list), REPRODUCE,
      "seed0/certify.tsv.json: sidecar JSON must be an object, got list; rerun the certify command with --overwrite"),

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import RsmoothError
 from ..fileio import atomic_write_bytes, naming, open_nofollow
-from ..smoothing.stats import MAX_COUNT, MAX_COUNT_TEXT, MAX_RADIUS
+from ..smoothing.stats import MAX_COUNT, MAX_COUNT_TEXT, MAX_RADIUS, MAX_SIGMA
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -415,19 +415,19 @@ def _number(v: Any) -> bool:
 
 
 def _count(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+    return isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_COUNT
 
 
 #: the sidecar fields rsmooth computes with or extends: (whether a value other than null is sound, what it must be)
 _SIDECAR_FIELDS = {
-    "sigma": (lambda v: _number(v) and v > 0, "must be a number > 0"),
+    "sigma": (lambda v: _number(v) and 0 < v <= MAX_SIGMA, f"must be a number > 0, at most {MAX_SIGMA:g}"),
     "alpha": (lambda v: _number(v) and 0 < v < 1, "must be a number in (0, 1)"),
-    "n0": (_count, "must be an integer >= 1"),
-    "n": (_count, "must be an integer >= 1"),
-    "n_max": (_count, "must be an integer >= 1"),
-    "num_examples": (lambda v: _count(v) or v == 0, "must be an integer >= 0"),
-    "radii": (lambda v: isinstance(v, list) and all(_number(r) and r >= 0 for r in v),
-              "must be a list of numbers >= 0"),
+    "n0": (_count, f"must be an integer >= 1, at most {MAX_COUNT_TEXT}"),
+    "n": (_count, f"must be an integer >= 1, at most {MAX_COUNT_TEXT}"),
+    "n_max": (_count, f"must be an integer >= 1, at most {MAX_COUNT_TEXT}"),
+    "num_examples": (lambda v: _count(v) or v == 0, f"must be an integer >= 0, at most {MAX_COUNT_TEXT}"),
+    "radii": (lambda v: isinstance(v, list) and all(_number(r) and 0 <= r <= MAX_RADIUS for r in v),
+              f"must be a list of numbers >= 0, at most {MAX_RADIUS:g}"),
     "complete": (lambda v: isinstance(v, bool), "must be true or false"),
     "mode": (lambda v: isinstance(v, str), "must be a string"),
     "sessions": (lambda v: isinstance(v, list) and all(isinstance(e, dict) for e in v), "must be a list of objects"),
