@@ -96,6 +96,8 @@ CASES = [
     ("seeds", None, REPRODUCE + ["--seeds", HUGE], f"argument --seeds: {COUNT}"),
     ("seeds-many", None, REPRODUCE + ["--seeds", "1e6"], "--seeds must be 1 to 100 (the papers average over 5 at most)"),
     ("jobs-many", None, REPRODUCE + ["--jobs", "100000"], "--jobs must be 1 to 256 (processes), got 100000"),
+    ("num-classes", None, TRAIN + ["--num-classes", "1e9"],
+     "--num-classes must be at least the 10 classes of digits and at most 1,048,576, got 1000000000"),
     ("workers-many", None, TRAIN + ["--workers", "100000"], "--workers must be at most 256, got 100000"),
     ("fraction", None, CERTIFY + ["--n", "100.5"], "argument --n: expected an integer, got '100.5'"),
     # -- float flags: inf, nan, absurd
@@ -105,6 +107,8 @@ CASES = [
     ("sigma-nan", None, CERTIFY + ["--sigma", "nan"], f"argument --sigma: {FINITE}'nan'"),
     ("alpha-nan", None, PREDICT + ["--alpha", "nan"], f"argument --alpha: {FINITE}'nan'"),
     ("hparam-float", None, TRAIN + ["--method", "smoothadv", "--eps=-inf"], f"argument --eps: {FINITE}'-inf'"),
+    ("sequential-radii", None, CERTIFY + ["--sequential", "--radii", "0.5", "1e300"],
+     "radii must be at most 100 (sigma <= 10 certifies at most 83), got 1e+300"),
     ("analyze-radii", _tsv("0\t1\t1\t0.5\t1\t0.1"), ["analyze", "{tmp}/c.tsv", "--radii", "nan"],
      f"argument --radii: {FINITE}'nan'"),
     # -- config files: values of the wrong type or range, bytes that are not UTF-8

@@ -78,6 +78,8 @@ OPTIMIZERS = ("sgd", "adam")
 MAX_LR = 10.0
 #: the most data-loading worker processes (--workers): more than the cores of any one machine
 MAX_WORKERS = 256
+#: the most logits (--num-classes): ImageNet-21k has 21,841 classes; a million is beyond any dataset
+MAX_CLASSES = 2 ** 20
 #: autocast dtype of each --precision (fp32: no autocast)
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -158,8 +160,10 @@ class TrainConfig:
             hparams=dict(self.hparams),
             seed=validate_seed(self.seed),
         )
-        check(c.num_classes is None or (isinstance(c.num_classes, int) and c.num_classes >= info.num_classes),
-              f"--num-classes must be at least the {info.num_classes} classes of {c.dataset}, got {c.num_classes!r}")
+        check(c.num_classes is None or (isinstance(c.num_classes, int) and
+                                        info.num_classes <= c.num_classes <= MAX_CLASSES),
+              f"--num-classes must be at least the {info.num_classes} classes of {c.dataset} and at most "
+              f"{MAX_CLASSES:,}, got {c.num_classes!r}")
         validate_normalization(c.mean or [], c.std or [])  # before any data is read
         c.epochs, c.batch_size = validate_count("--epochs", c.epochs), validate_count("--batch-size", c.batch_size)
         c.lr_step = validate_count("--lr-step", c.lr_step)  # epochs
