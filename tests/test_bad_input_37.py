@@ -23,7 +23,8 @@ def _checkpoint(tmp, **edit):
     from rsmooth.models import create_model
 
     ck = {"format": FORMAT, "arch": "digits_cnn", "dataset": "digits", "num_classes": 10, "input_shape": [1, 8, 8],
-          "sigma": 0.25, "epoch": 1, "config": {"epochs": 1}, "state_dict": create_model("digits_cnn", "digits").state_dict()}
+          "sigma": 0.25, "epoch": 1, "config": {"epochs": 1},
+          "state_dict": create_model("digits_cnn", "digits").state_dict()}
     torch.save({**ck, **edit}, tmp / "ckpt.pt")
 
 
@@ -94,7 +95,8 @@ CASES = [
     ("epochs", None, TRAIN + ["--epochs", HUGE], f"argument --epochs: {COUNT}"),
     ("hparam-int", None, TRAIN + ["--method", "smoothmix", "--num-noise", "1e15"], f"argument --num-noise: {COUNT}"),
     ("seeds", None, REPRODUCE + ["--seeds", HUGE], f"argument --seeds: {COUNT}"),
-    ("seeds-many", None, REPRODUCE + ["--seeds", "1e6"], "--seeds must be 1 to 100 (the papers average over 5 at most)"),
+    ("seeds-many", None, REPRODUCE + ["--seeds", "1e6"],
+     "--seeds must be 1 to 100 (the papers average over 5 at most)"),
     ("jobs-many", None, REPRODUCE + ["--jobs", "100000"], "--jobs must be 1 to 256 (processes), got 100000"),
     ("num-classes", None, TRAIN + ["--num-classes", "1e9"],
      "--num-classes must be at least the 10 classes of digits and at most 1,048,576, got 1000000000"),
@@ -122,7 +124,8 @@ CASES = [
      "c.json: not UTF-8 text"),
     ("config-inf", _file("c.yaml", "lr: .inf\n"), TRAIN + ["--config", "{tmp}/c.yaml"],
      "c.yaml: lr must be a number or null, got inf, which is not finite"),
-    ("config-nan-hparam", _file("c.json", '{"method": "gaussian", "hparams": {"sigma": NaN}}'), TRAIN + ["--config", "{tmp}/c.json"],
+    ("config-nan-hparam", _file("c.json", '{"method": "gaussian", "hparams": {"sigma": NaN}}'),
+     TRAIN + ["--config", "{tmp}/c.json"],
      "c.json: hparams: sigma must be a number, got nan, which is not finite"),
     ("config-epochs-huge", _file("c.json", '{"epochs": 1099511627777}'), TRAIN + ["--config", "{tmp}/c.json"],
      "--epochs must be at most 2**40 (1,099,511,627,776), got 1099511627777; lower it"),
@@ -136,8 +139,8 @@ CASES = [
      "whose 'num_classes' is str '10', not int"),
     ("ckpt-state-dict-list", lambda t: _checkpoint(t, state_dict=[1, 2]), PREDICT[:2] + ["{tmp}/ckpt.pt"] + PREDICT[3:],
      "whose 'state_dict' is list [1, 2], not mapping"),
-    ("ckpt-sigma", lambda t: _checkpoint(t, sigma="0.25"), ["targets", "--checkpoint", "{tmp}/ckpt.pt", "--out",
-                                                              "{tmp}/t.npy"], "whose 'sigma' is str '0.25', not int or float"),
+    ("ckpt-sigma", lambda t: _checkpoint(t, sigma="0.25"),
+     ["targets", "--checkpoint", "{tmp}/ckpt.pt", "--out", "{tmp}/t.npy"], "whose 'sigma' is str '0.25', not int or float"),
     ("ckpt-epoch-bool", lambda t: _checkpoint(t, epoch=True), CERTIFY[:2] + ["{tmp}/ckpt.pt"] + CERTIFY[3:],
      "whose 'epoch' is bool True, not int"),
     # -- certify TSVs and sidecars: numbers that are not finite or out of range

@@ -8,8 +8,7 @@ from typing import Any, Dict
 from ..errors import RsmoothError
 from .flags import (DEFAULT_N, TRUST_PICKLE, UNITS, add_arch_flags, add_certify_options, add_common_data,
                     add_corruption_flags, add_foreign_flags, add_heartbeat_flag, add_sequential_flags,
-                    add_trust_code_flag, auto_batch_help, batch_size, integer, model_options, number,
-                    any_integer)
+                    add_trust_code_flag, any_integer, auto_batch_help, batch_size, integer, model_options, number)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

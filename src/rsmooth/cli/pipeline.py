@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from .flags import (UNITS, add_certify_options, add_common_data, add_foreign_flags, add_method_flags, integer,
-                    method_args, number, any_integer, trainable_datasets)
+                    any_integer, method_args, number, trainable_datasets)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 
 from .flags import (TRUST_PICKLE, UNITS, add_arch_flags, add_common_data, add_foreign_flags, add_heartbeat_flag,
-                    add_trust_code_flag, batch_help, integer, model_options, number,
-                    any_integer, trainable_datasets)
+                    add_trust_code_flag, any_integer, batch_help, integer, model_options,
+                    number, trainable_datasets)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -7,7 +7,7 @@ from typing import Any, Dict
 
 from ..errors import RsmoothError
 from .flags import (ARCH_FIELDS, UNITS, add_arch_flags, add_common_data, add_foreign_flags, add_method_flags,
-                    add_trust_code_flag, integer, method_args, number, any_integer,
+                    add_trust_code_flag, any_integer, integer, method_args, number,
                     trainable_datasets)
 
 
