@@ -9,7 +9,7 @@ from ..errors import RsmoothError
 from . import catalog
 from .flags import (DEFAULT_N, TRUST_PICKLE, UNITS, add_arch_flags, add_certify_options, add_common_data,
                     add_corruption_flags, add_foreign_flags, add_heartbeat_flag, add_sequential_flags,
-                    add_trust_code_flag, auto_batch_help, batch_size, integer, model_options)
+                    add_trust_code_flag, any_integer, auto_batch_help, batch_size, integer, model_options, number)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,12 +28,12 @@ def _add_mode(sub: argparse._SubParsersAction, name: str, helptext: str) -> None
                    "(or its folder), or a public Cohen/Salman/Jeong/MACER checkpoint with --dataset")
     c.add_argument("--dataset", choices=catalog.datasets(), help="default: the checkpoint's")
     c.add_argument("--split", default="test", choices=["test", "train"], help="default: test")
-    c.add_argument("--sigma", type=float, help="noise level, std in [0,1] pixel units (default: the checkpoint's)")
+    c.add_argument("--sigma", type=number, help="noise level, std in [0,1] pixel units (default: the checkpoint's)")
     c.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE)
     add_trust_code_flag(c)
     add_certify_options(c, name)
     c.add_argument("--batch-size", type=batch_size, default="auto", help=auto_batch_help())
-    c.add_argument("--seed", type=int, default=0,
+    c.add_argument("--seed", type=any_integer, default=0,
                    help="noise seed; example i uses a stream derived from (seed, i) (default: 0)")
     c.add_argument("--compile", action="store_true", help="compile the noisy forward pass (torch.export + inductor with frozen weights; seconds to start, then faster; recorded in OUT.json)")
     c.add_argument("--out", required=True, help="output TSV")

@@ -39,11 +39,45 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def integer(text: str) -> int:
+def any_integer(text: str) -> int:
+    """An integer, written out or as ``1e5`` (exactly: ``1.5e0`` is refused); its range is the
+    caller's (seeds go to 2**63 - 1)."""
+    import decimal
+
     try:
-        v = int(text)
+        return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        pass
+    try:
+        d = decimal.Decimal(text.strip())
+    except decimal.InvalidOperation:
+        d = decimal.Decimal("NaN")
+    if not d.is_finite() or d.adjusted() > 100 or d != d.to_integral_value():  # 1e100000 is not built
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    return int(d)
+
+
+def integer(text: str) -> int:
+    """A count or index flag's value: an integer of magnitude at most MAX_COUNT (2**40), so that no
+    absurd value reaches a tensor or a loop (``1e5`` is 100000)."""
+    from ..smoothing.stats import MAX_COUNT, MAX_COUNT_TEXT
+
+    v = any_integer(text)
+    if abs(v) > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"expected an integer of at most {MAX_COUNT_TEXT}, got {text!r}; lower it")
+    return v
+
+
+def number(text: str) -> float:
+    """A float flag's value: a finite number (nan and inf are refused; --radius-tol alone takes inf)."""
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return v
 
 
@@ -103,7 +137,7 @@ def add_foreign_flags(p: argparse.ArgumentParser) -> None:
 
 
 #: a method hyperparameter's value type, by the name the catalogue stores
-_TYPES = {"int": int, "float": float, "str": str}
+_TYPES = {"int": integer, "float": number, "str": str}
 
 
 def _dest(flag: str) -> str:
@@ -147,11 +181,11 @@ def add_arch_flags(p: argparse.ArgumentParser, train: bool) -> None:
         g.add_argument("--input-size", type=integer, nargs=3, metavar=("C", "H", "W"),
                        help="input shape passed to a factory that takes input_size (default and only "
                        "choice: the dataset's; images are not resized)")
-    g.add_argument("--mean", type=float, nargs="+", metavar="M",
+    g.add_argument("--mean", type=number, nargs="+", metavar="M",
                    help="per-channel mean in [0,1] pixel units: the model gets (x - mean) / std, for nets "
                    "trained on normalised images; sigma stays in pixel units (default: the dataset's "
                    "for built-in architectures, none for a module:factory, which then gets [0,1] pixels)")
-    g.add_argument("--std", type=float, nargs="+", metavar="S",
+    g.add_argument("--std", type=number, nargs="+", metavar="S",
                    help="per-channel std in [0,1] pixel units, with --mean (default: as for --mean)")
 
 
@@ -198,7 +232,7 @@ def add_certify_options(p: argparse.ArgumentParser, mode: str) -> None:
     p.add_argument("--n", type=integer, default=DEFAULT_N,
                    help=f"Monte Carlo samples to {'vote' if mode == 'predict' else 'estimate the bound, at least --n0'} "
                    "(default: 100000)")
-    p.add_argument("--alpha", type=float, default=0.001, help="failure probability in (0, 1) (default: 0.001)")
+    p.add_argument("--alpha", type=number, default=0.001, help="failure probability in (0, 1) (default: 0.001)")
     p.add_argument("--start", type=integer, default=0,
                    help="index of the first test example (as the CAT-RS and MACER scripts' --start; default: 0); "
                    "with --skip and --max the examples are start, start+skip, ..., at most max of them")
@@ -234,7 +268,7 @@ def add_sequential_flags(p: argparse.ArgumentParser) -> None:
                    "that bound is <= 1/2. Certificate: with probability >= 1 - alpha the radius is at most "
                    "sigma * Phi^-1(p_A), the radius of Cohen, Rosenfeld, Kolter 2019 (arXiv 1902.02918) with p_A "
                    "known exactly, whatever the stop")
-    g.add_argument("--radii", type=float, nargs="+", metavar="R",
+    g.add_argument("--radii", type=number, nargs="+", metavar="R",
                    help="with --sequential: the l2 radii to decide, in [0,1] pixel units (e.g. 0.25 0.5 0.75; "
                    "add 0 for the accuracy of the smoothed classifier; required with --sequential)")
     g.add_argument("--n-max", type=integer,
@@ -243,7 +277,7 @@ def add_sequential_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--radius-tol", type=float,
                    help="with --adaptive: l2 radius (in [0,1] pixel units) that the samples up to --n-max may "
                    "still add at the stop (default: 0.05; inf: stop at the first look)")
-    g.add_argument("--futility", type=float, metavar="BETA",
+    g.add_argument("--futility", type=number, metavar="BETA",
                    help="with --sequential or --adaptive: level of the upper bound that gives up radii (or radius "
                    "gains) its lower bound would not reach with --n-max samples; the chance of giving up one it "
                    "would reach is at most 2 * BETA. Never affects a certificate's validity (default: 0.05; below 1/e)")
@@ -251,7 +285,7 @@ def add_sequential_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_heartbeat_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--heartbeat", type=float, metavar="SECONDS",
+    p.add_argument("--heartbeat", type=number, metavar="SECONDS",
                    help="where no progress bar is drawn (a log file, a SLURM job): a progress line (done/total, "
                    "rate, samples/s, eta) every SECONDS, the first after at most 10 s; 0: none (default: "
                    "$RSMOOTH_HEARTBEAT or 60)")
@@ -274,7 +308,7 @@ def add_corruption_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--severity", metavar="S[,S...]|all",
                    help="level 1-5 (CIFAR-C); default 'all': 1-5 for CIFAR-C, the published level for "
                    "MNIST-C, which has one per corruption")
-    g.add_argument("--corruption-seed", type=integer, default=0,
+    g.add_argument("--corruption-seed", type=any_integer, default=0,
                    help="seed of generated corruptions: image i is corrupted from (seed, corruption, severity, i) "
                    "(default: 0)")
     g.add_argument("--corruption-suite", choices=["mnist-c", "cifar10-c"],

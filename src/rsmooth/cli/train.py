@@ -7,7 +7,7 @@ from typing import Any, Dict
 
 from ..errors import RsmoothError
 from .flags import (ARCH_FIELDS, UNITS, MethodHelp, add_arch_flags, add_common_data, add_foreign_flags, add_method_flags,
-                    add_trust_code_flag, integer, method_args, trainable_datasets)
+                    add_trust_code_flag, any_integer, integer, method_args, number, trainable_datasets)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _add_schedule(t)
     _add_data_flags(t)
     _add_denoiser_flags(t)
-    t.add_argument("--workers", type=int,
+    t.add_argument("--workers", type=integer,
                    help="data-loading worker processes (default: 0); on CUDA they prefetch into pinned "
                    "memory. Batches are the same with any number (each is seeded by seed, epoch, step)")
     _add_fast_and_distributed(t)
@@ -46,7 +46,7 @@ def _add_settings(t: argparse.ArgumentParser) -> None:
     t.add_argument("--dataset", choices=trainable_datasets(),
                    help=f"training data (default: {default_dataset()}, built in, no download)")
     t.add_argument("--method", choices=methods(), help="training method (default: gaussian)")
-    t.add_argument("--sigma", type=float,
+    t.add_argument("--sigma", type=number,
                    help="training noise level, std in [0,1] pixel units (default: 0.25); --method standard "
                    "adds no noise and records sigma only as certify's default smoothing level")
 
@@ -54,22 +54,22 @@ def _add_settings(t: argparse.ArgumentParser) -> None:
 def _add_schedule(t: argparse.ArgumentParser) -> None:
     t.add_argument("--epochs", type=integer, help="epochs (default: 150; digits 30; imagenet 90)")
     t.add_argument("--batch-size", type=integer, help="images per loader batch (default: 256)")
-    t.add_argument("--lr", type=float, help="initial learning rate (default: 0.01 MNIST family, 0.1 CIFAR/ImageNet, 0.05 digits)")
-    t.add_argument("--momentum", type=float, help="SGD momentum (default: 0.9)")
-    t.add_argument("--weight-decay", type=float, help="SGD weight decay (default: 1e-4)")
+    t.add_argument("--lr", type=number, help="initial learning rate (default: 0.01 MNIST family, 0.1 CIFAR/ImageNet, 0.05 digits)")
+    t.add_argument("--momentum", type=number, help="SGD momentum (default: 0.9)")
+    t.add_argument("--weight-decay", type=number, help="SGD weight decay (default: 1e-4)")
     t.add_argument("--nesterov", action=argparse.BooleanOptionalAction, default=None,
                    help="Nesterov momentum (SmoothMix's setting; default: off)")
     t.add_argument("--lr-step", type=integer,
                    help="multiply the lr by --lr-gamma every this many epochs (default: 50; imagenet 30; digits 20)")
     t.add_argument("--milestones", type=integer, nargs="+", help="multistep schedule: epochs at which the lr drops")
-    t.add_argument("--lr-gamma", type=float, help="lr decay factor (default: 0.1)")
+    t.add_argument("--lr-gamma", type=number, help="lr decay factor (default: 0.1)")
     t.add_argument("--lr-timing", choices=["catrs", "cohen"],
                    help="catrs (default): the lr drops after epoch lr-step+1 as in the Jeong-family "
                    "scripts behind the CAT-RS tables; cohen: one epoch earlier, as in Cohen et al.'s code")
 
 
 def _add_data_flags(t: argparse.ArgumentParser) -> None:
-    t.add_argument("--seed", type=int, help="seed of every random stream of the run (default: 0)")
+    t.add_argument("--seed", type=any_integer, help="seed of every random stream of the run (default: 0)")
     t.add_argument("--targets", help="per-example consistency targets file from 'rsmooth targets' (CAT-RS)")
     t.add_argument("--train-subset", type=integer, metavar="N",
                    help="train on N training examples (the same N for every run and seed; default: all); "

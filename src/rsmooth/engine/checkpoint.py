@@ -124,11 +124,51 @@ def read_checkpoint(path: Union[str, Path], *, trust_pickle: bool = False) -> Di
     obj = _read_safetensors(p) if p.suffix == ".safetensors" else _torch_load(p, trust_pickle)
     if not isinstance(obj, dict):
         raise RsmoothError(f"checkpoint {p} holds a {type(obj).__name__}, not a dict of weights")
+    if obj.get("format") == FORMAT:
+        _check_entries(p, obj)
     if "state_sha256" in obj and isinstance(obj.get("state_dict"), Mapping):
         if state_digest(obj["state_dict"]) != obj["state_sha256"]:
             raise RsmoothError(f"checkpoint {p} is corrupt: its weights do not match the stored sha256; "
                                f"restore it from a copy or retrain")
     return obj
+
+
+#: the entries of an rsmooth checkpoint that rsmooth reads, with their types; the first four are
+#: required, the others may be absent (older versions) or null
+_ENTRIES: Dict[str, Tuple[type, ...]] = {
+    "arch": (str,), "dataset": (str,), "num_classes": (int,), "state_dict": (Mapping,),
+    "config": (Mapping,), "classifier": (Mapping,), "epoch": (int,), "sigma": (int, float), "method": (str,),
+    "seed": (int,), "input_shape": (list, tuple), "history": (list,), "sessions": (list,), "world_size": (int,),
+    "state_sha256": (str,), "optimizer": (Mapping,), "scheduler": (Mapping,), "scaler": (Mapping,),
+    "rng": (Mapping,), "data_fingerprint": (Mapping,), "versions": (Mapping,)}
+_REQUIRED = ("arch", "dataset", "num_classes", "state_dict")
+
+
+def _check_entries(p: Path, ckpt: Dict[str, Any]) -> None:
+    """An rsmooth checkpoint's entries have their types (:data:`_ENTRIES`) and its weights are
+    tensors: else one line, before anything reads them."""
+    def damaged(what: str) -> RsmoothError:
+        return RsmoothError(f"checkpoint {p} is an rsmooth checkpoint {what}; it was edited or damaged: "
+                            f"restore it from a copy or retrain")
+
+    missing = [k for k in _REQUIRED if ckpt.get(k) is None]
+    if missing:
+        raise damaged(f"without a valid {missing[0]!r} (it has keys {', '.join(map(repr, sorted(ckpt)[:10]))})")
+    for key, types in _ENTRIES.items():
+        value = ckpt.get(key)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            raise damaged(f"whose {key!r} is {type(value).__name__} {_short(value)}, not "
+                          f"{' or '.join(t.__name__.lower() for t in types)}")
+    wrong = next((k for k, v in ckpt["state_dict"].items() if not (isinstance(k, str) and
+                                                                  isinstance(v, torch.Tensor))), None)
+    if wrong is not None:
+        raise damaged(f"whose state_dict holds {type(ckpt['state_dict'][wrong]).__name__} "
+                      f"{_short(ckpt['state_dict'][wrong])} under {wrong!r}, not a tensor")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _torch_load(p: Path, trust_pickle: bool) -> Any:
@@ -204,9 +244,6 @@ def versions() -> Dict[str, str]:
 
 
 #: what an rsmooth checkpoint must hold to rebuild its model: key -> type
-_REQUIRED = {"arch": str, "dataset": str, "num_classes": int, "state_dict": Mapping}
-
-
 def _load_weights(path: Path, model: nn.Module, obj: Any, dataset: str, hint: str = "", **kw: Any) -> None:
     from ..models import load_weights
 
@@ -387,11 +424,6 @@ def _load_own(p: Path, ckpt: Dict[str, Any], dataset: Optional[str], arch: Optio
     and the ``given`` model options must agree with it."""
     from ..models import MODEL_OPTIONS, arch_ref
 
-    missing = [k for k in _REQUIRED if not isinstance(ckpt.get(k), _REQUIRED[k])]
-    if missing:
-        raise RsmoothError(f"checkpoint {p} is an rsmooth checkpoint without a valid {missing[0]!r} "
-                           f"(it has keys {', '.join(map(repr, sorted(ckpt)[:10]))}); it was edited or "
-                           f"damaged: restore it from a copy or retrain")
     if isinstance(ckpt.get("classifier"), Mapping):
         check(arch is None or arch == ckpt["arch"],
               f"checkpoint {p} is a denoiser run: it rebuilds its denoiser ({ckpt['arch']}) and the classifier "

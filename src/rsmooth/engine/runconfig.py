@@ -116,7 +116,11 @@ def read_config_file(path: PathLike) -> Mapping[str, Any]:
     p = Path(path)
     check(p.is_file(), f"config file {p} does not exist; pass a JSON or YAML file of TrainConfig fields "
           f"(e.g. a run's config.json or 'rsmooth show-preset NAME --format yaml > FILE')")
-    text = p.read_text()
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RsmoothError(f"cannot read config file {p}: not UTF-8 text ({e.reason} at byte {e.start}); "
+                           f"save it as UTF-8") from None
     try:
         if p.suffix.lower() == ".json":
             data = json.loads(text)

@@ -73,6 +73,13 @@ _FIXED_ON_RESUME = ("dataset", "arch", "arch_kwargs", "num_classes", "input_size
                     "channels_last", "compile", "optimizer", "classifier", "init")
 LR_TIMINGS = ("catrs", "cohen")
 OPTIMIZERS = ("sgd", "adam")
+#: the largest learning rate accepted: the papers train with 0.01-0.1 (Adam 1e-3), and SGD diverges
+#: at once far below 10; a larger value is a typo (1e300 would overflow the optimiser's arithmetic)
+MAX_LR = 10.0
+#: the most data-loading worker processes (--workers): more than the cores of any one machine
+MAX_WORKERS = 256
+#: the most logits (--num-classes): ImageNet-21k has 21,841 classes; a million is beyond any dataset
+MAX_CLASSES = 2 ** 20
 #: autocast dtype of each --precision (fp32: no autocast)
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -154,17 +161,19 @@ class TrainConfig:
             hparams=dict(self.hparams),
             seed=validate_seed(self.seed),
         )
-        check(c.num_classes is None or (isinstance(c.num_classes, int) and c.num_classes >= info.num_classes),
-              f"--num-classes must be at least the {info.num_classes} classes of {c.dataset}, got {c.num_classes!r}")
+        check(c.num_classes is None or (isinstance(c.num_classes, int) and
+                                        info.num_classes <= c.num_classes <= MAX_CLASSES),
+              f"--num-classes must be at least the {info.num_classes} classes of {c.dataset} and at most "
+              f"{MAX_CLASSES:,}, got {c.num_classes!r}")
         validate_normalization(c.mean or [], c.std or [])  # before any data is read
         c.epochs, c.batch_size = validate_count("--epochs", c.epochs), validate_count("--batch-size", c.batch_size)
         c.lr_step = validate_count("--lr-step", c.lr_step)  # epochs
         c.eval_batch_size = validate_count("eval_batch_size", c.eval_batch_size)
         c.lr, c.momentum, c.weight_decay, c.lr_gamma = (_number(f"--{k.replace('_', '-')}", getattr(c, k))
                                                          for k in ("lr", "momentum", "weight_decay", "lr_gamma"))
-        check(c.lr > 0 and math.isfinite(c.lr), f"--lr must be > 0, got {c.lr!r}")
+        check(0 < c.lr <= MAX_LR, f"--lr must be in (0, {MAX_LR:g}] (the papers use 0.01-0.1), got {c.lr!r}")
         check(0 <= c.momentum < 1, f"--momentum must be in [0, 1), got {c.momentum}")
-        check(c.weight_decay >= 0, f"--weight-decay must be >= 0, got {c.weight_decay}")
+        check(0 <= c.weight_decay <= 1, f"--weight-decay must be in [0, 1] (e.g. 1e-4), got {c.weight_decay}")
         check(0 < c.lr_gamma <= 1, f"--lr-gamma must be in (0, 1], got {c.lr_gamma}")
         check(not c.nesterov or c.momentum > 0, "--nesterov needs --momentum > 0")
         check(c.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)}, got {c.precision!r}")
@@ -177,6 +186,7 @@ class TrainConfig:
         if c.train_subset is not None:
             c.train_subset = validate_count("--train-subset", c.train_subset)
         check(c.optimizer in OPTIMIZERS, f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {c.optimizer!r}")
+        c.num_workers = validate_count("--workers", c.num_workers, minimum=0, maximum=MAX_WORKERS)
         check(denoiser or (c.classifier is None and c.init is None),
               "--classifier and --init are for the denoiser methods (denoise-mse, denoise-stab)")
         parse_checkpoint_every(c.checkpoint_every)

@@ -71,6 +71,10 @@ def _check_folder(out: Path, spec: TableSpec, budget: Budget) -> None:
     atomic_write_text(record, json.dumps(mine, indent=1) + "\n")
 
 
+#: the most seeds and parallel steps a reproduction takes (each seed trains every row again)
+MAX_SEEDS, MAX_JOBS = 100, 256
+
+
 def reproduce(table: str, out: str, *, budget: str = "small", seeds: Optional[int] = None, jobs: int = 1,
               methods: Optional[Sequence[str]] = None, sigmas: Optional[Sequence[float]] = None,
               print_commands: bool = False, collect: bool = False, data_dir: Optional[str] = None,
@@ -89,8 +93,9 @@ def reproduce(table: str, out: str, *, budget: str = "small", seeds: Optional[in
         spec = select(spec, None if methods is None else list(methods), None if sigmas is None else list(sigmas))
     b = parse_budget(budget)
     seeds = spec.published_seeds if seeds is None else seeds
-    check(isinstance(seeds, int) and seeds >= 1, f"--seeds must be >= 1, got {seeds}")
-    check(isinstance(jobs, int) and jobs >= 1, f"--jobs must be >= 1, got {jobs}")
+    check(isinstance(seeds, int) and 1 <= seeds <= MAX_SEEDS,
+          f"--seeds must be 1 to {MAX_SEEDS} (the papers average over 5 at most), got {seeds}")
+    check(isinstance(jobs, int) and 1 <= jobs <= MAX_JOBS, f"--jobs must be 1 to {MAX_JOBS} (processes), got {jobs}")
     check(not (print_commands and collect), "--print-commands and --collect exclude each other; pick one")
     if device is not None and not (print_commands or collect):  # printed commands may run elsewhere
         from ..engine.checkpoint import resolve_device

@@ -331,7 +331,7 @@ class Smooth:
         """
         self._check_range(_validate_input(xs, 4, "xs"), "xs")
         num = validate_count("num", num)
-        batch_size = validate_count("batch_size", batch_size)
+        batch_size = validate_count("batch_size", batch_size, maximum=None)  # too large: says what to lower
         with self._eval():
             counts = self._count(xs, num, batch_size, generator)
         _refuse_nonfinite(int(counts[:, -1].sum()), xs.shape[0] * num)  # the one wait for the device
