@@ -4,8 +4,9 @@
 (the tutorial notebooks, rendered by mkdocs-jupyter).  This reads every ``.html`` file under
 SITE_DIR and checks each relative ``href`` and ``src``: the file it names exists, and an
 ``#anchor`` names an ``id`` (or ``name``) in that file.  Links with a scheme (``https:``,
-``mailto:``, ``data:``) or starting with ``/`` are not local and are skipped.  Prints one line per
-broken link and exits 1 if there is any.  Standard library only.
+``mailto:``, ``data:``) or starting with ``/`` are not local and are skipped, except that no script
+or stylesheet may load from the network (the site, search included, works opened as files with no
+connection).  Prints one line per broken link and exits 1 if there is any.  Standard library only.
 """
 import re
 import sys
@@ -15,6 +16,7 @@ from typing import Dict, List, Set, Tuple
 from urllib.parse import unquote, urlsplit
 
 EXTERNAL = re.compile(r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*:|//|/)")
+REMOTE = re.compile(r"^(?:https?:)?//", re.I)
 
 
 class _Page(HTMLParser):
@@ -24,8 +26,13 @@ class _Page(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.links: List[str] = []
         self.anchors: Set[str] = set()
+        self.remote: List[str] = []  # scripts and stylesheets loaded from the network
 
     def handle_starttag(self, tag: str, attrs: List[Tuple[str, str]]) -> None:
+        found = dict(attrs)
+        asset = found.get("src") if tag == "script" else found.get("href") if found.get("rel") == "stylesheet" else None
+        if asset and REMOTE.match(asset):
+            self.remote.append(asset)
         for name, value in attrs:
             if value is None:
                 continue
@@ -47,6 +54,7 @@ def broken_links(site: Path) -> List[str]:
     pages: Dict[Path, _Page] = {p: _read(p) for p in sorted(site.rglob("*.html"))}
     broken = []
     for path, page in pages.items():
+        broken += [f"{path.relative_to(site)}: {url} (loaded from the network)" for url in page.remote]
         for link in page.links:
             if not link or EXTERNAL.match(link):
                 continue

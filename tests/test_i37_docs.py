@@ -88,3 +88,27 @@ def test_i37_the_notebooks_links_point_at_the_built_pages(caplog):
         "tutorials/nb.ipynb links to '../missing.md', which is not a page of the site"]
     page = SimpleNamespace(file=File("guide/certify.md", "docs", "site", False))
     assert hooks.on_page_content('<a href="x.md">', page=page, files=files) == '<a href="x.md">'
+
+
+def test_i37_link_checker_refuses_scripts_and_stylesheets_from_the_network(check_links, tmp_path):
+    """As Material's offline plugin would add (``https://unpkg.com/iframe-worker/shim``): the site
+    must work opened as files with no connection.  Links out (``<a href>``) are fine."""
+    site = _site(tmp_path, {"index.html": '<script src="https://unpkg.com/iframe-worker/shim"></script>'
+                                          '<link rel="stylesheet" href="//cdn.x.org/a.css"><a href="https://arxiv.org">p</a>'})
+    assert check_links.broken_links(site) == ["index.html: https://unpkg.com/iframe-worker/shim (loaded from the network)",
+                                              "index.html: //cdn.x.org/a.css (loaded from the network)"]
+
+
+# -- item 11: search works in site/index.html opened as a file -------------------------------------
+
+def test_i37_search_works_offline():
+    """Material's offline plugin inlines the search index into ``search/search_index.js`` (read by
+    a script tag, which file:// allows) and needs a Worker shim for file://, which the site ships
+    itself (Material would load it from unpkg.com); file:// needs use_directory_urls: false."""
+    config = (ROOT / "mkdocs.yml").read_text()
+    plugins = re.search(r"^plugins:\n((?:  .*\n)*)", config, re.M).group(1)
+    assert re.search(r"^  - search\n", plugins, re.M) and re.search(r"^  - offline\b", plugins, re.M)
+    assert re.search(r"^use_directory_urls: false\b", config, re.M)
+    shim = re.search(r"^  polyfills:.*\n    - (\S+)", config, re.M).group(1)
+    assert "iframe-worker" in shim and "window.Worker=o" in (ROOT / "docs" / shim).read_text()
+    assert "search included" in (ROOT / "README.md").read_text()
