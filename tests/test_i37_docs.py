@@ -112,3 +112,117 @@ def test_i37_search_works_offline():
     shim = re.search(r"^  polyfills:.*\n    - (\S+)", config, re.M).group(1)
     assert "iframe-worker" in shim and "window.Worker=o" in (ROOT / "docs" / shim).read_text()
     assert "search included" in (ROOT / "README.md").read_text()
+
+
+# -- item 14: no pandas suggested without saying how to get it -------------------------------------
+
+def _doc_texts():
+    """The pages, the notebooks' cells, the README and rsmooth's sources (docstrings)."""
+    import json
+
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "src").rglob("*.py"))]:
+        yield path, path.read_text()
+    for path in sorted((ROOT / "docs").rglob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        yield path, "\n\n".join("".join(c["source"]) for c in cells)
+
+
+def test_i37_pandas_is_only_suggested_with_its_install_command():
+    """pandas is no dependency of rsmooth nor of any extra: every ``pandas.DataFrame`` the docs
+    suggest says ``pip install pandas`` within a few lines."""
+    bare = []
+    for path, text in _doc_texts():
+        for match in re.finditer(r"pandas\.DataFrame", text):
+            near = text[max(0, match.start() - 300):match.end() + 300]
+            if "pip install pandas" not in near:
+                bare.append(f"{path.relative_to(ROOT)}: {text[match.start() - 60:match.end() + 20]!r}")
+    assert not bare, bare
+    assert "pandas" not in (ROOT / "pyproject.toml").read_text()
+
+
+# -- item 12: every name the docs use is in the API reference, documented --------------------------
+
+def _code_blocks():
+    """The Python the pages and notebooks show: fenced ```python blocks, notebook code cells."""
+    import json
+
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for block in re.findall(r"```python\n(.*?)```", path.read_text(), re.S):
+            yield path, block
+    for path in sorted((ROOT / "docs").rglob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                yield path, "".join(cell["source"])
+
+
+def docs_names() -> dict:
+    """``{"rsmooth.x.y": [pages]}``: every name the docs' code imports from rsmooth (``from
+    rsmooth.x import y``) or reaches as an attribute (``rsmooth.y(...)``)."""
+    names: dict = {}
+    for path, code in _code_blocks():
+        found = [f"{m.group(1)}.{n.strip().split(' as ')[0]}"
+                 for m in re.finditer(r"^\s*from (rsmooth(?:\.\w+)*) import \(?([\w ,]+)", code, re.M)
+                 for n in m.group(2).split(",") if n.strip()]
+        found += ["rsmooth" + m.group(1) for m in re.finditer(r"\brsmooth((?:\.\w+)+)", code)]
+        for name in found:
+            names.setdefault(name, set()).add(path.name)
+    return {name: sorted(pages) for name, pages in sorted(names.items())}
+
+
+def _resolve(name: str):
+    """The object ``rsmooth.a.b.c`` names (the longest importable module, then attributes)."""
+    import importlib
+
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(name)
+
+
+def _reference() -> dict:
+    """``{id(object): name}`` of what docs/api.md renders (its ``::: name`` lines)."""
+    text = (ROOT / "docs" / "api.md").read_text()
+    return {id(_resolve(n)): n for n in re.findall(r"^::: (\S+)$", text, re.M)}
+
+
+def _used_objects():
+    import inspect
+
+    for name, pages in docs_names().items():
+        obj = _resolve(name)
+        if not inspect.ismodule(obj) and (callable(obj) or inspect.isclass(obj)):
+            yield name, pages, obj
+
+
+def test_i37_docs_names_are_found_in_the_docs_code():
+    """The scan sees the imports and attributes of the README, guides and notebooks."""
+    names = docs_names()
+    assert {"rsmooth.Smooth", "rsmooth.engine.TrainConfig", "rsmooth.engine.train", "rsmooth.metrics.read_sidecar",
+            "rsmooth.report.paper.paper_rows_for", "rsmooth.models.diffusion.diffusion_classifier"} <= set(names)
+    assert "reproduce_a_row.ipynb" in names["rsmooth.metrics.read_sidecar"]
+
+
+@pytest.mark.parametrize("name,pages,obj", list(_used_objects()), ids=[n for n, _, _ in _used_objects()])
+def test_i37_every_name_the_docs_use_is_in_the_reference(name, pages, obj):
+    """Rendered on docs/api.md (as itself or under another path to the same object), with a
+    docstring that names each argument (a dataclass: each field), its return value and an example."""
+    from test_public_api_docs import _check
+
+    assert id(obj) in _reference(), f"{name} (used in {', '.join(pages)}) is not on docs/api.md"
+    _check(obj, name, example=True)
+
+
+@pytest.mark.parametrize("name", sorted(set(re.findall(r"^::: (\S+)$", (ROOT / "docs" / "api.md").read_text(), re.M))))
+def test_i37_every_name_on_the_reference_page_has_an_example(name):
+    """What docs/api.md renders has a docstring and an example (``train``, ``run_certification``...)."""
+    from test_public_api_docs import _section
+    import inspect
+
+    doc = inspect.getdoc(_resolve(name))
+    assert doc and _section(doc, "Example").strip(), f"{name}: no Example section"
