@@ -226,3 +226,68 @@ def test_i37_every_name_on_the_reference_page_has_an_example(name):
 
     doc = inspect.getdoc(_resolve(name))
     assert doc and _section(doc, "Example").strip(), f"{name}: no Example section"
+
+
+# -- item 25: the pages' code runs ------------------------------------------------------------------
+
+def _python_blocks(page: str) -> list:
+    return re.findall(r"```python\n(.*?)```", (ROOT / "docs" / page).read_text(), re.S)
+
+
+def test_i37_own_training_loop_page_runs(tmp_path, monkeypatch, capsys):
+    """docs/guide/own-loop.md: a method's pure loss in a plain PyTorch loop, then a whole method
+    (SmoothAdv, its attack inside) with ``method.loss``: the blocks run as shown, in one namespace,
+    at a smaller budget (fewer epochs and examples, a smaller n)."""
+    monkeypatch.chdir(tmp_path)
+    blocks = [b for b in _python_blocks("guide/own-loop.md") if "lightning" not in b]
+    assert len(blocks) == 2
+    code = "\n".join(blocks)
+    for shown, cheap in [("range(10)", "range(1)"), ("range(2)", "range(1)"), ("n=1_000", "n=100"),
+                         ("torch.randperm(len(train_set))", "torch.randperm(len(train_set))[:256]")]:
+        assert shown in code
+        code = code.replace(shown, cheap)
+    namespace: dict = {}
+    exec(compile(code, "own-loop.md", "exec"), namespace)
+    out = capsys.readouterr().out.splitlines()
+    assert re.match(r"\{'loss_ce': [\d.]+, 'loss_con': [\d.]+\}$", out[0])
+    assert re.match(r"\d+ of 20 certified correct$", out[1])
+    assert out[2].startswith("smoothadv ") and namespace["stats"]
+    assert not list(tmp_path.iterdir())
+
+
+def test_i37_own_training_loop_page_lightning_block_runs(tmp_path, monkeypatch):
+    """The LightningModule of docs/guide/own-loop.md trains one epoch (when lightning is installed)."""
+    pytest.importorskip("lightning")
+    monkeypatch.chdir(tmp_path)
+    first, *_, lightning = _python_blocks("guide/own-loop.md")
+    first = first.replace("range(10)", "range(0)").split("# certify it")[0]
+    exec(compile(first + "\n" + lightning, "own-loop.md", "exec"), {})
+
+
+def test_i37_the_new_pages_are_in_the_nav():
+    nav = (ROOT / "mkdocs.yml").read_text().split("\nnav:\n", 1)[1]
+    assert "guide/own-loop.md" in nav and "guide/timm.md" in nav
+
+
+def test_i37_timm_page_runs(tmp_path, monkeypatch, capsys):
+    """docs/guide/timm.md's Python: a timm model built from its config (no download), the weights
+    from a local .safetensors file, one image of one's own certified.  Here with timm's tiny
+    ``test_resnet`` (random weights saved to a file) and a small n; skipped without timm."""
+    timm = pytest.importorskip("timm")
+    from PIL import Image
+    from safetensors.torch import save_file
+
+    monkeypatch.chdir(tmp_path)
+    save_file(timm.create_model("test_resnet").state_dict(), "weights.safetensors")
+    Image.new("RGB", (300, 200), (120, 80, 40)).save("image.png")
+    (code,) = _python_blocks("guide/timm.md")
+    for shown, here in [('NAME, TAG = "resnet50", "a1_in1k"', 'NAME, TAG = "test_resnet", "r160_in1k"'),
+                        ('"resnet50.a1_in1k/model.safetensors", "cat.jpg"', '"weights.safetensors", "image.png"'),
+                        ("n0=100, n=10_000", "n0=10, n=50")]:
+        assert shown in code
+        code = code.replace(shown, here)
+    namespace: dict = {}
+    exec(compile(code, "timm.md", "exec"), namespace)
+    assert namespace["x"].shape == (3, 160, 160) and 0 <= float(namespace["x"].min()) <= float(namespace["x"].max()) <= 1
+    label, radius = capsys.readouterr().out.splitlines()[-1].split()
+    assert -1 <= int(label) < 1000 and float(radius) >= 0
