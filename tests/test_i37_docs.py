@@ -291,3 +291,17 @@ def test_i37_timm_page_runs(tmp_path, monkeypatch, capsys):
     assert namespace["x"].shape == (3, 160, 160) and 0 <= float(namespace["x"].min()) <= float(namespace["x"].max()) <= 1
     label, radius = capsys.readouterr().out.splitlines()[-1].split()
     assert -1 <= int(label) < 1000 and float(radius) >= 0
+
+
+# -- item 15: the README says how far the demo's table may move ------------------------------------
+
+def test_i37_readme_says_how_far_the_demo_table_moves_on_another_cpu():
+    """Where the README shows the demo's table it says, as getting-started does, that another CPU
+    or torch moves cells by a few examples (about 1 point) and ACR in the third decimal."""
+    readme = (ROOT / "README.md").read_text()
+    before_table = readme[:readme.index("| model | sigma | examples | ACR |")]
+    paragraph = before_table.rstrip().rsplit("\n\n", 1)[1]
+    getting_started = (ROOT / "docs" / "getting-started.md").read_text()
+    for claim in ("another CPU", "a few examples (about 1 point)", "ACR in the third decimal"):
+        assert claim in " ".join(paragraph.split()), claim
+        assert claim.lower() in " ".join(getting_started.lower().split()), claim
