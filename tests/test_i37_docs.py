@@ -260,7 +260,8 @@ def test_i37_own_training_loop_page_lightning_block_runs(tmp_path, monkeypatch):
     pytest.importorskip("lightning")
     monkeypatch.chdir(tmp_path)
     first, *_, lightning = _python_blocks("guide/own-loop.md")
-    first = first.replace("range(10)", "range(0)").split("# certify it")[0]
+    first = first.replace("range(10)", "range(1)").replace("torch.randperm(len(train_set))", "torch.randperm(64)")
+    first = first.split("# certify it")[0]
     exec(compile(first + "\n" + lightning, "own-loop.md", "exec"), {})
 
 
