@@ -21,7 +21,7 @@ from .errors import RsmoothError  # noqa: E402
 #: public name -> the module that defines it (imported on first access, PEP 562)
 _LAZY = {"Smooth": ".smoothing", "create_model": ".models", "register_model": ".models",
          "get_dataset": ".data", "load_model": ".engine.checkpoint"}
-# results as data: FileSummary objects, plain records (pandas.DataFrame(records(...))), the table text
+# results as data: FileSummary objects, plain records (pandas.DataFrame(records(...)) after pip install pandas), the table text
 _LAZY.update({"summarize": ".report.summary", "records": ".report.summary", "FileSummary": ".report.summary",
               "analyze": ".report.summary"})
 

@@ -71,7 +71,7 @@ def _add_diffusion_flags(p: argparse.ArgumentParser) -> None:
         "time are printed before it starts")
     g.add_argument("--diffusion", metavar="PATH_OR_ID",
                    help="a diffusers UNet2DModel + DDPMScheduler folder saved with save_pretrained (or a cached hub "
-                   "id; pip install 'rsmooth[diffusion]'), rsmooth's DDPM file (bench/train_ddpm.py), or "
+                   "id; pip install 'rsmooth[diffusion]'), rsmooth's DDPM file (python -m rsmooth.train_ddpm), or "
                    "package.module:factory returning (model, alphas_cumprod) with model(x_t, t) -> epsilon; "
                    "of a learned-variance output (improved/guided-diffusion) the epsilon half is used (default: none, "
                    "the classifier alone)")

@@ -256,6 +256,18 @@ def run_certification(
     (:mod:`rsmooth.models.diffusion`, :mod:`rsmooth.engine.diffusion`).
 
     The keywords are the fields of :class:`CertifyJob`: this is ``CertifyJob(...).run()``.
+
+    Returns:
+        the path of the TSV written (``out``).
+
+    Example:
+        ```python
+        from rsmooth.engine import run_certification
+
+        tsv = run_certification("runs/digits025", "runs/digits025/certify.tsv", n=10_000, skip=4)
+        seq = run_certification("runs/digits025", "seq.tsv", mode="sequential", radii=[0.25, 0.5])
+        print(rsmooth.analyze([tsv]))
+        ```
     """
     return CertifyJob(**locals()).run()  # locals(): exactly the arguments, at the first line
 

@@ -118,6 +118,16 @@ def compute_targets(
             ``$RSMOOTH_HEARTBEAT`` or 60, 0 for none (:class:`~rsmooth.progress.Heartbeat`).
 
     The keywords are the fields of :class:`TargetsJob`: this is ``TargetsJob(...).run()``.
+
+    Example:
+        ```python
+        from rsmooth.engine import TrainConfig, train
+        from rsmooth.engine.targets import compute_targets
+
+        compute_targets("runs/fm-gauss025", "runs/fm-gauss025/targets.pt")   # a Gaussian-trained run
+        train(TrainConfig(dataset="fashion-mnist", method="catrs", hparams={"sigma": 0.25},
+                          targets="runs/fm-gauss025/targets.pt"), "runs/fm-catrs025")
+        ```
     """
     return TargetsJob(**locals()).run()  # locals(): exactly the arguments, at the first line
 

@@ -97,7 +97,68 @@ def _as_list(values: Optional[Any]) -> Optional[List[Any]]:
 
 @dataclass
 class TrainConfig:
-    """Everything that defines a training run (saved, resolved, in every checkpoint)."""
+    """Everything that defines a training run (saved, resolved, in every checkpoint).
+
+    Each field is a key of a ``--config`` file and, but for ``num_workers`` and
+    ``eval_batch_size``, a flag of ``rsmooth train`` (``epochs`` is ``--epochs``; ``hparams`` are
+    the method's flags, ``--sigma``, ...); fields left None get the dataset's defaults in
+    :meth:`resolved`.
+
+    Attributes:
+        dataset: a registered dataset name (``rsmooth list datasets``).
+        arch: the model: a registered name, ``package.module:factory`` or an ``rsmooth.models``
+            entry point (default: the dataset's, e.g. ``lenet`` for Fashion-MNIST).
+        arch_kwargs: keyword arguments of a ``module:factory`` architecture (JSON-like data).
+        num_classes: the model's logits (default: the dataset's classes).
+        input_size: (C, H, W) handed to a factory (default: the dataset's).
+        mean: per-channel normalisation in [0, 1] pixel units (default: the dataset's for built-in
+            archs, none for a factory).
+        std: per-channel standard deviation, with ``mean``.
+        method: the training method (``rsmooth list methods``): gaussian, stability, smoothadv,
+            macer, consistency, smoothmix, catrs, standard, denoise-mse, denoise-stab.
+        hparams: the method's hyperparameters, sigma included (e.g. ``{"sigma": 0.25}``).
+        epochs: epochs to train (default per dataset: digits 30, ImageNet 90, others 150).
+        batch_size: examples per optimiser step.
+        lr: initial learning rate (default per dataset: digits 0.05, (Fashion-)MNIST 0.01, else 0.1).
+        momentum: SGD momentum, in [0, 1).
+        weight_decay: L2 weight decay, >= 0.
+        nesterov: Nesterov momentum (SGD; needs momentum > 0).
+        lr_step: step schedule: the learning rate times ``lr_gamma`` every ``lr_step`` epochs.
+        milestones: multistep schedule: increasing epochs at which it drops (overrides ``lr_step``).
+        lr_gamma: the factor of each drop, in (0, 1].
+        lr_timing: when the learning rate drops: ``"catrs"`` (the authors' scripts) or
+            ``"cohen"`` (one epoch earlier).
+        seed: the run's seed (initialisation, batches, noise); the same seed gives the same weights.
+        train_subset: train on this many training examples (a fixed subset), None for all.
+        data_dir: where datasets are read from or downloaded to (default: ``$RSMOOTH_DATA``, else
+            a cache folder).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...; None: CUDA when available, else the CPU.
+        num_workers: DataLoader worker processes.
+        eval_batch_size: batch size of the test-set evaluation after epochs.
+        targets: CAT-RS's consistency-targets file (``rsmooth targets``).
+        precision: autocast of each step: ``"fp32"`` (none), ``"bf16"``, ``"fp16"`` (CUDA, with a
+            gradient scaler).
+        channels_last: model and batches in channels-last memory format.
+        compile: train through ``torch.compile(model)``.
+        sync_bn: under torchrun, SyncBatchNorm (default: per-rank batch-norm statistics).
+        optimizer: ``"sgd"`` (momentum, nesterov) or ``"adam"`` (the denoiser papers').
+        classifier: denoiser methods: the frozen classifier (a checkpoint or run folder).
+        init: denoiser methods: start from this denoiser run's weights.
+        checkpoint_every: mid-epoch checkpoints every N optimiser steps (``"500"``) or time
+            (``"10m"``, ``"600s"``, ``"1h"``).
+        eval_every: evaluate after every E-th epoch and the last (0: never).
+        eval_examples: evaluate on this fixed subset of the test set (None: all; 0: never).
+        tensorboard: write ``OUT/tensorboard/`` (rank 0; needs the tensorboard package).
+
+    Example:
+        ```python
+        from rsmooth.engine import TrainConfig, train
+
+        config = TrainConfig(dataset="digits", method="gaussian", hparams={"sigma": 0.25}, epochs=5)
+        result = train(config, "runs/digits025")
+        same = TrainConfig.from_run("runs/digits025")   # what the run recorded
+        ```
+    """
 
     dataset: str = "digits"
     arch: Optional[str] = None  # a registered name, package.module:factory or an rsmooth.models entry point
@@ -247,7 +308,24 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
-    """Where the run wrote its checkpoint, and one dict of figures per epoch."""
+    """What :func:`train` returns: where the run wrote its checkpoint, one dict of figures per
+    epoch, and the trained model.
+
+    Attributes:
+        checkpoint: ``out/checkpoint.pt``.
+        history: one dict per epoch: ``epoch``, ``lr``, ``loss``, the method's figures (e.g.
+            ``acc_noisy``, on the training batches), ``time`` (seconds) and, after an evaluation,
+            ``test_acc`` (clean), ``test_acc_noisy`` (under the noise) and ``eval_examples``.
+        model: the trained ``nn.Module`` (its normalisation layer first; on [0, 1] pixels; call
+            ``.eval()`` before certifying).
+
+    Example:
+        ```python
+        result = train(TrainConfig(dataset="digits", epochs=5), "runs/digits")
+        print(result.checkpoint, result.history[-1]["loss"])
+        smooth = Smooth(result.model.eval(), num_classes=10, sigma=0.25)
+        ```
+    """
 
     checkpoint: Path
     history: List[Dict[str, Any]]
@@ -481,6 +559,18 @@ def train(
             :class:`~rsmooth.engine.callbacks.TensorBoardLogger` writing ``out/tensorboard``.
         trust_code: run the ``module:factory`` that a file names (the arch recorded in ``out`` when
             ``config`` is None, the ``classifier`` checkpoint's; :mod:`rsmooth.trust`).
+
+    Returns:
+        :class:`TrainResult`: the checkpoint's path, the per-epoch history, the trained model.
+
+    Example:
+        ```python
+        from rsmooth.engine import TrainConfig, train
+
+        config = TrainConfig(dataset="digits", method="gaussian", hparams={"sigma": 0.25}, epochs=5)
+        result = train(config, "runs/digits025", resume=True)   # continues the run if it was stopped
+        print(result.history[-1])   # {'epoch': 5, 'lr': 0.05, 'loss': ..., 'test_acc': ..., ...}
+        ```
     """
     if config is None:
         check(resume, "train(None, out) continues the run recorded in out: pass resume=True, or a TrainConfig")

@@ -390,6 +390,19 @@ def read_sidecar(tsv_path: PathLike) -> Optional[dict]:
     """The sidecar JSON of ``tsv_path`` as a dict, or ``None`` if there is none.
 
     Invalid JSON or a top level that is not an object raise :class:`RsmoothError`.
+
+    Args:
+        tsv_path: a certify TSV; its sidecar is ``tsv_path + ".json"``.
+
+    Returns:
+        what ``certify`` recorded: dataset, arch, method, sigma, mode, n0, n, alpha,
+        num_examples, complete, the checkpoint's sha256, versions, ...; None without a sidecar.
+
+    Example:
+        ```python
+        meta = read_sidecar("runs/digits025/certify.tsv")
+        print(meta["sigma"], meta["n"], meta["alpha"], meta["complete"])
+        ```
     """
     path = sidecar_path(tsv_path)
     if not path.is_file():

@@ -259,7 +259,27 @@ def diffusion_classifier(classifier: nn.Module, diffusion: str, sigma: float, *,
     """(f(D(x)) as ``nn.Sequential(D, f)`` for :class:`~rsmooth.smoothing.Smooth`, what to record):
     ``classifier`` f takes [0, 1] pixels [B, C, H, W] (any model rsmooth loads), D is
     :class:`DiffusionDenoiser` of the model ``diffusion`` names (:func:`load_diffusion`) at
-    smoothing noise ``sigma``.  Both are frozen and in eval mode."""
+    smoothing noise ``sigma``.  Both are frozen and in eval mode.
+
+    Args:
+        classifier: f, on [0, 1] pixels.
+        diffusion: a diffusers folder or cached hub id, rsmooth's DDPM file, or
+            ``package.module:factory``.
+        sigma: the smoothing noise, in [0, 1] pixel units.
+        steps: reverse steps from t* (1: one-shot denoising).
+        rounding: t* nearest to 2 sigma (``"nearest"``) or the first at or above it (``"up"``).
+        class_label: the label of a class-conditional model.
+
+    Returns:
+        (the model f(D(x)), a dict of what to record: ``diffusion_t``,
+        ``diffusion_realised_sigma``, ...).
+
+    Example:
+        ```python
+        model, record = diffusion_classifier(f, "runs/ddpm.pt", sigma=0.5)
+        smooth = Smooth(model, num_classes=10, sigma=0.5)
+        ```
+    """
     eps, abar, record = load_diffusion(diffusion, class_label=class_label)
     denoiser = DiffusionDenoiser(eps, abar, sigma, steps, rounding)
     model = nn.Sequential(denoiser, classifier).eval().requires_grad_(False)

@@ -1,6 +1,6 @@
 """A small epsilon-predicting UNet, the DDPM objective and rsmooth's DDPM file, so diffusion
 denoised smoothing (:mod:`rsmooth.models.diffusion`) runs on a model trained on this machine
-(``bench/train_ddpm.py``) without downloads.
+(``python -m rsmooth.train_ddpm``) without downloads.
 
 The file is ``torch.save({"format": "rsmooth-ddpm", "unet": {in_channels, width}, "state_dict",
 "alphas_cumprod", ...})``, read back with ``weights_only=True``.
@@ -107,7 +107,7 @@ def load_ddpm(path: Union[str, Path]) -> Tuple[TinyUNet, torch.Tensor, Dict[str,
     except Exception as e:  # a truncated or foreign file raises anything
         raise RsmoothError(f"--diffusion {path}: not a readable DDPM file ({type(e).__name__}: {e})") from e
     check(isinstance(blob, dict) and blob.get("format") == FORMAT,
-          f"--diffusion {path}: a file must be rsmooth's DDPM checkpoint (bench/train_ddpm.py); give a diffusers "
+          f"--diffusion {path}: a file must be rsmooth's DDPM checkpoint (python -m rsmooth.train_ddpm); give a diffusers "
           f"folder or hub id, or a package.module:factory, for other models")
     model = TinyUNet(**blob["unet"])
     model.load_state_dict(blob["state_dict"])
