@@ -318,8 +318,8 @@ def _check_dataset(spec: str, trained: Optional[str], dataset: str, other_datase
 
 
 def _check_input(denoiser: "DiffusionDenoiser", spec: str, dataset: str) -> None:
-    """One pass of a grey image of ``dataset``'s shape through ``denoiser``: a model of another shape
-    is a one-line error before any certification."""
+    """One pass of the epsilon model at t* on a grey image of ``dataset``'s shape (whatever the steps):
+    a model of another shape is a one-line error before any certification."""
     from .factory import dataset_stats
 
     shape = dataset_stats(dataset).input_shape
@@ -327,7 +327,7 @@ def _check_input(denoiser: "DiffusionDenoiser", spec: str, dataset: str) -> None
     x = torch.full((1, *shape), 0.5, device=param.device if param is not None else "cpu")
     try:
         with torch.no_grad():
-            denoiser(x)
+            denoiser.eps_model(x, denoiser.t_star)
     except RsmoothError:
         raise
     except Exception as e:  # the user's model may raise anything
