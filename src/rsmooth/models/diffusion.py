@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from ..errors import RsmoothError, check, first_line
-from .unet import check_schedule
+from .unet import check_schedule, load_ddpm
 
 #: how t* is picked when no schedule step matches 2 sigma exactly
 ROUNDINGS = ("nearest", "up")
@@ -199,8 +199,6 @@ def load_diffusion(spec: str, *, class_label: Optional[int] = None) -> Tuple[Eps
                                    f"without a file suffix)")
     record: Dict[str, Any] = {"diffusion": spec}
     if os.path.isfile(spec):
-        from .unet import load_ddpm
-
         net, abar, blob = load_ddpm(spec)
         record["diffusion_format"] = "rsmooth-ddpm"
         if isinstance(blob.get("dataset"), str):
@@ -297,8 +295,7 @@ def diffusion_classifier(classifier: nn.Module, diffusion: str, sigma: float, *,
     meaningless), and D must take one image of that dataset's shape."""
     eps, abar, record = load_diffusion(diffusion, class_label=class_label)
     denoiser = DiffusionDenoiser(eps, abar, sigma, steps, rounding)
-    param = next(classifier.parameters(), None)
-    denoiser.to(param.device if param is not None else "cpu")
+    denoiser.to(_device_of(classifier))
     if dataset is not None:
         _check_dataset(diffusion, record.get("diffusion_dataset"), dataset, other_dataset)
         _check_input(denoiser, diffusion, dataset)
@@ -323,8 +320,7 @@ def _check_input(denoiser: "DiffusionDenoiser", spec: str, dataset: str) -> None
     from .factory import dataset_stats
 
     shape = dataset_stats(dataset).input_shape
-    param = next(denoiser.parameters(), None)
-    x = torch.full((1, *shape), 0.5, device=param.device if param is not None else "cpu")
+    x = torch.full((1, *shape), 0.5, device=_device_of(denoiser))
     try:
         with torch.no_grad():
             denoiser.eps_model(x, denoiser.t_star)
@@ -333,3 +329,9 @@ def _check_input(denoiser: "DiffusionDenoiser", spec: str, dataset: str) -> None
     except Exception as e:  # the user's model may raise anything
         raise RsmoothError(f"--diffusion {spec} fails on {dataset} images (shape {' x '.join(map(str, shape))}, "
                            f"C x H x W): {first_line(e)}; use a diffusion model of that image shape") from e
+
+
+def _device_of(module: nn.Module) -> torch.device:
+    """The device of ``module``'s first parameter (the CPU when it has none)."""
+    param = next(module.parameters(), None)
+    return param.device if param is not None else torch.device("cpu")
