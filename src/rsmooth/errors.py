@@ -37,8 +37,24 @@ def check(condition: bool, message: str) -> None:
 
 
 def first_line(e: BaseException, limit: int = 160) -> str:
-    """The first non-blank line of an exception's message (its type name if none), shortened."""
-    return next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)[:limit]
+    """The first non-blank line of an exception's message (its type name if none), without terminal
+    escapes (torch colours some), shortened."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", str(e))
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)[:limit]
+
+
+def unpickle_refusal(e: BaseException) -> "str | None":
+    """The global that ``torch.load(weights_only=True)`` refused to unpickle, as its error ``e`` names
+    it (with the module when torch blocks that module outright: os, posix, sys, nt), else None."""
+    import re
+
+    found = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)"
+                      r"(?: whose module ([\w.]+) is blocked)?", str(e))
+    if found is None:
+        return None
+    return found.group(1) + (f" (module {found.group(2)}, which torch blocks outright)" if found.group(2) else "")
 
 
 def did_you_mean(name: str, choices, n: int = 3) -> str:

@@ -78,6 +78,9 @@ def _add_diffusion_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--diffusion-steps", type=integer, default=1, metavar="K",
                    help="reverse-process steps from t* to 0 (evenly spaced, a UNet pass each; the noise of each "
                    "step seeded by the input); 1: the one-shot estimate above, the paper's default (default: 1)")
+    g.add_argument("--diffusion-other-dataset", action="store_true",
+                   help="use a DDPM file that records another dataset than the one certified (refused without "
+                   "it: a denoiser of other images keeps the certificate sound but its accuracy low)")
 
 
 def _sequential_options(args: argparse.Namespace) -> Dict[str, Any]:
@@ -121,7 +124,8 @@ def run(args: argparse.Namespace) -> None:
                   seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
                   data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
                   trust_pickle=args.trust_pickle, trust_code=args.trust_code, model_options=model_options(args),
-                  heartbeat=args.heartbeat, diffusion=args.diffusion, diffusion_steps=args.diffusion_steps)
+                  heartbeat=args.heartbeat, diffusion=args.diffusion, diffusion_steps=args.diffusion_steps,
+                  diffusion_other_dataset=args.diffusion_other_dataset)
     dataset = args.dataset
     if args.corruption is None and args.severity is None and (
             dataset is None or not published_release(dataset)):

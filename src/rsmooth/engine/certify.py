@@ -107,6 +107,7 @@ class CertifyJob:
     heartbeat: Optional[float] = None  # seconds between progress lines where no bar is drawn
     diffusion: Optional[str] = None  # a diffusion denoiser in front of the model (engine/diffusion.py)
     diffusion_steps: int = 1  # its reverse steps from t* (1: one-shot)
+    diffusion_other_dataset: bool = False  # use a DDPM file that records another dataset
 
     def __post_init__(self) -> None:
         for key, value in {**self._checked_sampling(), **self._checked_run()}.items():
@@ -212,6 +213,7 @@ def run_certification(
     heartbeat: Optional[float] = None,
     diffusion: Optional[str] = None,
     diffusion_steps: int = 1,
+    diffusion_other_dataset: bool = False,
 ) -> Path:
     """Certify (or predict) the ``split`` examples ``start, start+skip, ...``, at most ``max``.
 
@@ -253,7 +255,8 @@ def run_certification(
     ``diffusion`` (a diffusers folder or cached hub id, rsmooth's DDPM file, or a
     ``package.module:factory``) certifies the checkpoint's classifier behind a diffusion denoiser
     run ``diffusion_steps`` reverse steps from the timestep matching sigma
-    (:mod:`rsmooth.models.diffusion`, :mod:`rsmooth.engine.diffusion`).
+    (:mod:`rsmooth.models.diffusion`, :mod:`rsmooth.engine.diffusion`); a DDPM file that records
+    another dataset than the one certified is refused unless ``diffusion_other_dataset``.
 
     The keywords are the fields of :class:`CertifyJob`: this is ``CertifyJob(...).run()``.
 
@@ -346,8 +349,7 @@ def resolve(job: CertifyJob) -> Resolved:
         _warn_small_n(job.n, job.alpha, sigma, log)
     elif job.sequential:
         _warn_small_n_max(job.n_max, job.alpha, sigma, job.radii, log)
-    model, diffusion = with_diffusion(loaded.model, job, sigma)
-    model = model.to(dev)
+    model, diffusion = with_diffusion(loaded.model.to(dev), job, sigma, loaded.dataset)
     data = get_dataset(loaded.dataset, job.split, data_dir=job.data_dir, corruption=job.corruption,
                        severity=job.severity, corruption_seed=job.corruption_seed,
                        corruption_suite=job.corruption_suite)

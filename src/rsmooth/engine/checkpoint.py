@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import subprocess
 import warnings
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ import torch
 from torch import nn
 
 from .. import __version__
-from ..errors import RsmoothError, check
+from ..errors import RsmoothError, check, first_line, unpickle_refusal
 from ..fileio import atomic_write
 from ..trust import UntrustedCode, check_arch_kwargs, check_recorded_arch
 
@@ -177,15 +176,10 @@ def _torch_load(p: Path, trust_pickle: bool) -> Any:
         with allowed(list(SAFE_GLOBALS)) if allowed else contextlib.nullcontext():
             return torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for corrupt/truncated/pickled files
-        # a global torch does not allow, or one of a module it blocks outright (os, posix, sys, nt)
-        unsafe = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)"
-                           r"(?: whose module ([\w.]+) is blocked)?", str(e))
-        if unsafe is None:
-            reason = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+        name = unpickle_refusal(e)  # a global torch does not allow
+        if name is None:
             raise RsmoothError(f"cannot read checkpoint {p}: corrupt, truncated or not a PyTorch "
-                               f"checkpoint ({reason[:160]})") from None
-        blocked = f" (module {unsafe.group(2)}, which torch blocks outright)" if unsafe.group(2) else ""
-        name = unsafe.group(1) + blocked
+                               f"checkpoint ({first_line(e)})") from None
     if not trust_pickle:
         raise RsmoothError(f"checkpoint {p} is not a safe PyTorch checkpoint: it needs to unpickle "
                            f"{name}, which can run arbitrary code; pass --trust-pickle "
