@@ -191,6 +191,7 @@ def test_a_named_module_is_found_in_the_current_folder_after_sys_path(cwd_module
 def test_a_run_folders_module_is_not_imported_from_the_current_folder(cwd_module, tmp_path):
     name = cwd_module("h5mod_e")
     run = tmp_path / "run"
+    create_model(f"{name}:Tiny", "digits")  # named: found in the current folder (training itself never looks there)
     train(TrainConfig(dataset="digits", arch=f"{name}:Tiny", epochs=1, train_subset=64), run, **QUIET)
     sys.path.remove(os.getcwd())  # a new process: nothing imported, the current folder not on sys.path
     del sys.modules[name]

@@ -197,13 +197,14 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_file(cls, path: Union[str, Path]) -> "TrainConfig":
+    def from_file(cls, path: Union[str, Path], *, trust_code: bool = False) -> "TrainConfig":
         """The config in a JSON or YAML file of these fields (``hparams``: the method's
         hyperparameters), such as a run's ``config.json`` or ``rsmooth show-preset NAME --format
-        yaml``; unknown keys and wrong types are errors."""
-        from .runconfig import config_fields, read_config_file
+        yaml``; unknown keys and wrong types are errors.  A ``module:factory`` arch it names is
+        refused unless ``trust_code`` (:mod:`rsmooth.trust`): config files travel like checkpoints."""
+        from .runconfig import read_config_fields
 
-        return cls(**config_fields(read_config_file(path), cls, str(path)))
+        return cls(**read_config_fields(path, cls, trust_code=trust_code))
 
     @classmethod
     def from_run(cls, out: Union[str, Path], *, trust_code: bool = False, **overrides: Any) -> "TrainConfig":
@@ -212,7 +213,7 @@ class TrainConfig:
         may change on resume (``epochs`` to extend, ``device``, ``num_workers``, ``data_dir``, ...);
         the others must equal the recorded values: all differences are refused in one error.
         A recorded ``module:factory`` arch is refused unless ``overrides`` name an arch or
-        ``trust_code`` (:mod:`rsmooth.trust`; a config file, :meth:`from_file`, is the user's own)."""
+        ``trust_code`` (:mod:`rsmooth.trust`), as is one in a config file (:meth:`from_file`)."""
         from ..trust import check_recorded_arch
         from .runconfig import config_fields, conflicts, merge, recorded_fields, recorded_file
 
@@ -703,9 +704,13 @@ def _build_model(c: TrainConfig, method: Method, device: torch.device, trust_cod
     """(the model trained, the classifier the evaluation scores, what the checkpoint records
     besides).  A denoiser method trains D in front of the frozen ``--classifier`` f (set as
     ``method.classifier``; its recorded ``module:factory`` only with ``trust_code``) and scores
-    f(D(x)); its checkpoint records f's path, sha256 and classes."""
-    from ..models import create_model
+    f(D(x)); its checkpoint records f's path, sha256 and classes.  A ``module:factory`` arch is
+    imported from ``sys.path`` only: it may come from a file (the CLI imports the ``--arch`` typed,
+    looking in the current folder too, before it calls :func:`train`)."""
+    from ..models import create_model, resolve_arch
 
+    if ":" in c.arch:
+        resolve_arch(c.arch, search_cwd=False)  # imported once, so the builders below find it
     if not is_denoiser(c.method):
         model = create_model(c.arch, c.dataset, **c.model_options()).to(device)
         return model, model, {}
