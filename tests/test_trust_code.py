@@ -21,7 +21,7 @@ import rsmooth
 from rsmooth import RsmoothError, load_model
 from rsmooth.cli import main
 from rsmooth.engine import TrainConfig, train
-from rsmooth.engine.checkpoint import file_sha256
+from rsmooth.engine.checkpoint import file_sha256, seal
 from rsmooth.models import MODELS, create_model
 from rsmooth.models.dncnn import create_denoiser
 from rsmooth.trust import UntrustedCode
@@ -89,7 +89,7 @@ def _edit(run, dest, **changes):
             ck[key] = value
         if key != "classifier":
             ck["config"][key] = record["config"][key] = value
-    torch.save(ck, dest / "checkpoint.pt")
+    torch.save(seal(ck), dest / "checkpoint.pt")  # an attacker recomputes the digest
     (dest / "config.json").write_text(json.dumps(record, default=repr))  # a tensor: only the checkpoint holds one
     return dest
 

@@ -41,7 +41,8 @@ def _add_settings(t: argparse.ArgumentParser) -> None:
                    "('rsmooth list' shows them); flags given here override it")
     t.add_argument("--config", metavar="FILE", help="JSON or YAML file of settings (TrainConfig fields, "
                    "method hyperparameters under hparams), e.g. a run's config.json or 'rsmooth show-preset "
-                   "NAME --format yaml'; it overrides --preset, flags given here override it")
+                   "NAME --format yaml'; it overrides --preset, flags given here override it; a module:factory arch in it "
+                   "needs --arch or --trust-code, as in a checkpoint")
     t.add_argument("--dataset", choices=trainable_datasets(),
                    help=f"training data (default: {DEFAULT_DATASET}, built in, no download)")
     t.add_argument("--method", choices=METHODS.names(), help="training method (default: gaussian)")

@@ -48,7 +48,7 @@ from ..progress import Heartbeat, format_duration, progress_bar
 from ..smoothing.stats import validate_count
 from .callbacks import CallbackList, as_callbacks
 from .checkpoint import (CHECKPOINT_NAME, FORMAT, atomic_save, git_commit, read_checkpoint,
-                         resolve_device, state_digest, versions)
+                         resolve_device, seal, versions)
 from . import distributed
 from .distributed import World
 from .preempt import CheckpointClock, StopSignals, parse_checkpoint_every
@@ -500,9 +500,9 @@ def train(
 
         def save(epochs_done: int, reason: str, position: Optional[Dict[str, Any]] = None) -> None:
             if w.main:
-                atomic_save({**_checkpoint(model, opt, sched, scaler, epochs_done, c, method, history,
-                                           train_set, w), **recorded, "sessions": sessions,
-                             **({"partial": position} if position is not None else {})}, ckpt_path)
+                atomic_save(seal({**_checkpoint(model, opt, sched, scaler, epochs_done, c, method, history,
+                                                train_set, w), **recorded, "sessions": sessions,
+                                  **({"partial": position} if position is not None else {})}), ckpt_path)
                 cbs("on_checkpoint", {"path": str(ckpt_path), "epoch": epochs_done,
                                       "step": position["steps"] if position else 0, "reason": reason})
 
@@ -1017,7 +1017,6 @@ def _checkpoint(model, opt, sched, scaler, epoch, c: TrainConfig, method: Method
         "world_size": w.size,
         "data_fingerprint": train_set.fingerprint(),
         "state_dict": model.state_dict(),
-        "state_sha256": state_digest(model.state_dict()),
         "optimizer": opt.state_dict(),
         "scheduler": sched.state_dict(),
         **({"scaler": scaler.state_dict()} if scaler.is_enabled() else {}),
