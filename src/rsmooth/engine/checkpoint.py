@@ -118,7 +118,7 @@ def checkpoint_digest(obj: Mapping[Any, Any]) -> str:
 
 
 def seal(obj: Mapping[str, Any]) -> Dict[str, Any]:
-    """``obj`` with its :func:`checkpoint_digest` under :data:`DIGEST_KEY` (what :func:`atomic_save` of a run writes)."""
+    """``obj`` with its :func:`checkpoint_digest` under :data:`DIGEST_KEY`: what a training run saves."""
     return {**obj, DIGEST_KEY: checkpoint_digest(obj)}
 
 
