@@ -15,6 +15,7 @@ from conftest import QUIET, SUBPROCESS_ENV as ENV
 from rsmooth import RsmoothError
 from rsmooth.cli import main
 from rsmooth.engine import TrainConfig, read_checkpoint, train
+from rsmooth.engine.checkpoint import seal
 from rsmooth.engine.preempt import CheckpointClock, parse_checkpoint_every
 
 train_mod = sys.modules["rsmooth.engine.train"]  # the module (rsmooth.engine.train is the function)
@@ -199,7 +200,7 @@ def test_sigint_in_process_every_step_count_and_old_checkpoints(ref, tmp_path):
     ck = read_checkpoint(old)
     for key in ("checkpoint_every", "eval_every", "eval_examples", "tensorboard"):
         del ck["config"][key]
-    torch.save(ck, old / "checkpoint.pt")
+    torch.save(seal(ck), old / "checkpoint.pt")
     train(_config(), old, resume=True, **QUIET)
     assert_same_run(ref, old)
 

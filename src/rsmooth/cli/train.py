@@ -42,7 +42,8 @@ def _add_settings(t: argparse.ArgumentParser) -> None:
                    "('rsmooth list' shows them); flags given here override it")
     t.add_argument("--config", metavar="FILE", help="JSON or YAML file of settings (TrainConfig fields, "
                    "method hyperparameters under hparams), e.g. a run's config.json or 'rsmooth show-preset "
-                   "NAME --format yaml'; it overrides --preset, flags given here override it")
+                   "NAME --format yaml'; it overrides --preset, flags given here override it; a module:factory arch in it "
+                   "needs --arch or --trust-code, as in a checkpoint")
     t.add_argument("--dataset", choices=trainable_datasets(),
                    help=f"training data (default: {default_dataset()}, built in, no download)")
     t.add_argument("--method", choices=methods(), help="training method (default: gaussian)")
@@ -146,13 +147,14 @@ def train_config_from_args(args: argparse.Namespace):
     With --resume on a run folder: its recorded config with those fields, which must agree with
     it (TrainConfig.from_run); else a new config whose unset fields keep their defaults."""
     from ..engine import TrainConfig
-    from ..engine.runconfig import config_fields, read_config_file, recorded_fields, recorded_file
+    from ..engine.runconfig import read_config_fields, recorded_fields, recorded_file
     from ..presets import get_preset
 
     preset = get_preset(args.preset) if args.preset else None
     layers = [preset.train_config()] if preset else []
     if args.config:
-        layers.append(config_fields(read_config_file(args.config), TrainConfig, args.config))
+        named = args.trust_code or args.arch is not None  # --arch replaces the file's
+        layers.append(read_config_fields(args.config, TrainConfig, trust_code=named))
     layers.append({k: getattr(args, k) for k in _TRAIN_FIELDS if getattr(args, k) is not None})
     if args.workers is not None:
         layers[-1]["num_workers"] = args.workers
@@ -178,6 +180,11 @@ def run(args: argparse.Namespace) -> None:
 
     if args.resume and world().main and recorded_file(args.out) is None:
         print(f"{args.out} holds no run yet: starting it")
-    result = train(train_config_from_args(args), args.out, resume=args.resume, trust_code=args.trust_code)
+    config = train_config_from_args(args)
+    if args.arch and ":" in args.arch:  # typed here: the current folder is searched too (rsmooth.imports)
+        from ..models import resolve_arch
+
+        resolve_arch(args.arch, search_cwd=True)
+    result = train(config, args.out, resume=args.resume, trust_code=args.trust_code)
     if world().main:
         print(f"checkpoint: {result.checkpoint}{world().note}")

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import os
 import subprocess
 import warnings
+from collections import abc
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -27,6 +29,7 @@ from torch import nn
 from .. import __version__
 from ..errors import RsmoothError, check, first_line, unpickle_refusal
 from ..fileio import atomic_write
+from ..jsondata import check_bounded
 from ..trust import UntrustedCode, check_arch_kwargs, check_recorded_arch
 
 FORMAT = "rsmooth-checkpoint"
@@ -89,19 +92,59 @@ def resolve_checkpoint_path(path: Union[str, Path]) -> Path:
 
 
 def state_digest(state: Mapping[str, torch.Tensor]) -> str:
-    """Hex sha256 of a state_dict: every key (sorted) with its dtype, shape and raw bytes.
-
-    Stored in rsmooth's checkpoints and checked on load, because ``torch.load`` does not verify
-    the zip's CRCs: a flipped bit inside a tensor would otherwise load silently.
-    """
-    import hashlib
-
+    """Hex sha256 of a state_dict: every key (sorted) with its dtype, shape and raw bytes: what
+    older rsmooth checkpoints record as ``state_sha256`` (newer ones: :func:`checkpoint_digest`)."""
     h = hashlib.sha256()
     for key in sorted(state):
-        t = state[key].detach().cpu().contiguous()
-        h.update(f"{key}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy())
+        h.update(f"{key}\0".encode())
+        _feed_tensor(h, state[key])
     return h.hexdigest()
+
+
+#: the key of an rsmooth checkpoint's sha256 of all it holds (:func:`checkpoint_digest`)
+DIGEST_KEY = "checkpoint_sha256"
+
+
+def checkpoint_digest(obj: Mapping[Any, Any]) -> str:
+    """Hex sha256 of a checkpoint dict: every entry but the digests (:data:`DIGEST_KEY`, the older
+    ``state_sha256``), walked in one order (mappings by sorted key, tensors as dtype, shape and raw
+    bytes, other values by type and exact value).  Stored in rsmooth's checkpoints and checked on
+    load, because ``torch.load`` does not verify the zip's CRCs: a flipped bit in the weights, the
+    optimiser's state, the random state or the config would otherwise load silently."""
+    h = hashlib.sha256()
+    _feed(h, {k: v for k, v in obj.items() if k not in (DIGEST_KEY, "state_sha256")})
+    return h.hexdigest()
+
+
+def seal(obj: Mapping[str, Any]) -> Dict[str, Any]:
+    """``obj`` with its :func:`checkpoint_digest` under :data:`DIGEST_KEY`: what a training run saves."""
+    return {**obj, DIGEST_KEY: checkpoint_digest(obj)}
+
+
+def _feed_tensor(h: Any, t: torch.Tensor) -> None:
+    t = t.detach().cpu().contiguous()
+    h.update(f"{t.dtype}\0{tuple(t.shape)}\0".encode())
+    h.update(t.reshape(-1).view(torch.uint8).numpy())
+
+
+def _feed(h: Any, value: Any) -> None:
+    """Add ``value`` to sha256 ``h`` unambiguously (its bounds checked first: :mod:`rsmooth.jsondata`)."""
+    if isinstance(value, torch.Tensor):
+        h.update(b"T")
+        _feed_tensor(h, value)
+    elif isinstance(value, float):
+        h.update(f"F{value.hex()}\0".encode())
+    elif isinstance(value, (dict, abc.Mapping)):
+        h.update(f"D{len(value)}\0".encode())
+        for key in sorted(value, key=lambda k: (type(k).__name__, str(k))):
+            _feed(h, key)
+            _feed(h, value[key])
+    elif isinstance(value, (list, tuple)):
+        h.update(f"L{len(value)}\0".encode())
+        for item in value:
+            _feed(h, item)
+    else:  # None, bool, int, str; anything else by its type and repr
+        h.update(f"{type(value).__name__}:{value!r}\0".encode())
 
 
 #: the globals public checkpoints pickle besides tensors that are safe to rebuild: the training
@@ -116,20 +159,28 @@ def read_checkpoint(path: Union[str, Path], *, trust_pickle: bool = False) -> Di
     ``arch`` and ``dataset`` of its metadata when it records them.  Anything else goes through
     ``torch.load(weights_only=True)`` allowing :data:`SAFE_GLOBALS`; a file that needs any other
     global is refused, naming it, unless ``trust_pickle`` (then it is unpickled in full, with a
-    warning: unpickling can run arbitrary code).  The weights of a checkpoint that records
-    ``state_sha256`` (rsmooth's) must match it.
+    warning: unpickling can run arbitrary code).  What it holds besides tensors is bounded
+    (:func:`rsmooth.jsondata.check_bounded`).  An rsmooth checkpoint must match the sha256 it
+    records: of all it holds (:func:`checkpoint_digest`), or, older ones, of its weights (``state_sha256``).
     """
     p = resolve_checkpoint_path(path)
     obj = _read_safetensors(p) if p.suffix == ".safetensors" else _torch_load(p, trust_pickle)
     if not isinstance(obj, dict):
         raise RsmoothError(f"checkpoint {p} holds a {type(obj).__name__}, not a dict of weights")
+    check_bounded(obj, f"checkpoint {p}")
     if obj.get("format") == FORMAT:
         _check_entries(p, obj)
-    if "state_sha256" in obj and isinstance(obj.get("state_dict"), Mapping):
-        if state_digest(obj["state_dict"]) != obj["state_sha256"]:
-            raise RsmoothError(f"checkpoint {p} is corrupt: its weights do not match the stored sha256; "
-                               f"restore it from a copy or retrain")
+    if DIGEST_KEY in obj:
+        _check_digest(p, checkpoint_digest(obj) == obj[DIGEST_KEY], "its contents")
+    elif "state_sha256" in obj and isinstance(obj.get("state_dict"), Mapping):
+        _check_digest(p, state_digest(obj["state_dict"]) == obj["state_sha256"], "its weights")
     return obj
+
+
+def _check_digest(p: Path, ok: bool, what: str) -> None:
+    if not ok:
+        raise RsmoothError(f"checkpoint {p} is corrupt: {what} do not match the stored sha256 (a changed "
+                           f"or flipped bit); restore it from a copy or retrain")
 
 
 #: the entries of an rsmooth checkpoint that rsmooth reads, with their types; the first four are
@@ -138,7 +189,7 @@ _ENTRIES: Dict[str, Tuple[type, ...]] = {
     "arch": (str,), "dataset": (str,), "num_classes": (int,), "state_dict": (Mapping,),
     "config": (Mapping,), "classifier": (Mapping,), "epoch": (int,), "sigma": (int, float), "method": (str,),
     "seed": (int,), "input_shape": (list, tuple), "history": (list,), "sessions": (list,), "world_size": (int,),
-    "state_sha256": (str,), "optimizer": (Mapping,), "scheduler": (Mapping,), "scaler": (Mapping,),
+    "state_sha256": (str,), DIGEST_KEY: (str,), "optimizer": (Mapping,), "scheduler": (Mapping,), "scaler": (Mapping,),
     "rng": (Mapping,), "data_fingerprint": (Mapping,), "versions": (Mapping,)}
 _REQUIRED = ("arch", "dataset", "num_classes", "state_dict")
 
@@ -211,8 +262,6 @@ def _read_safetensors(p: Path) -> Dict[str, Any]:
 
 def file_sha256(path: Union[str, Path]) -> str:
     """Hex sha256 of a file (recorded with results to identify the checkpoint)."""
-    import hashlib
-
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -48,7 +48,7 @@ from ..progress import Heartbeat, format_duration, progress_bar
 from ..smoothing.stats import validate_count
 from .callbacks import CallbackList, as_callbacks
 from .checkpoint import (CHECKPOINT_NAME, FORMAT, atomic_save, git_commit, read_checkpoint,
-                         resolve_device, state_digest, versions)
+                         resolve_device, seal, versions)
 from . import distributed
 from .distributed import World
 from .preempt import CheckpointClock, StopSignals, parse_checkpoint_every
@@ -269,13 +269,14 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_file(cls, path: Union[str, Path]) -> "TrainConfig":
+    def from_file(cls, path: Union[str, Path], *, trust_code: bool = False) -> "TrainConfig":
         """The config in a JSON or YAML file of these fields (``hparams``: the method's
         hyperparameters), such as a run's ``config.json`` or ``rsmooth show-preset NAME --format
-        yaml``; unknown keys and wrong types are errors."""
-        from .runconfig import config_fields, read_config_file
+        yaml``; unknown keys and wrong types are errors.  A ``module:factory`` arch it names is
+        refused unless ``trust_code`` (:mod:`rsmooth.trust`): config files travel like checkpoints."""
+        from .runconfig import read_config_fields
 
-        return cls(**config_fields(read_config_file(path), cls, str(path)))
+        return cls(**read_config_fields(path, cls, trust_code=trust_code))
 
     @classmethod
     def from_run(cls, out: Union[str, Path], *, trust_code: bool = False, **overrides: Any) -> "TrainConfig":
@@ -284,7 +285,7 @@ class TrainConfig:
         may change on resume (``epochs`` to extend, ``device``, ``num_workers``, ``data_dir``, ...);
         the others must equal the recorded values: all differences are refused in one error.
         A recorded ``module:factory`` arch is refused unless ``overrides`` name an arch or
-        ``trust_code`` (:mod:`rsmooth.trust`; a config file, :meth:`from_file`, is the user's own)."""
+        ``trust_code`` (:mod:`rsmooth.trust`), as is one in a config file (:meth:`from_file`)."""
         from ..trust import check_recorded_arch
         from .runconfig import config_fields, conflicts, merge, recorded_fields, recorded_file
 
@@ -613,9 +614,9 @@ def train(
 
         def save(epochs_done: int, reason: str, position: Optional[Dict[str, Any]] = None) -> None:
             if w.main:
-                atomic_save({**_checkpoint(model, opt, sched, scaler, epochs_done, c, method, history,
-                                           train_set, w), **recorded, "sessions": sessions,
-                             **({"partial": position} if position is not None else {})}, ckpt_path)
+                atomic_save(seal({**_checkpoint(model, opt, sched, scaler, epochs_done, c, method, history,
+                                                train_set, w), **recorded, "sessions": sessions,
+                                  **({"partial": position} if position is not None else {})}), ckpt_path)
                 cbs("on_checkpoint", {"path": str(ckpt_path), "epoch": epochs_done,
                                       "step": position["steps"] if position else 0, "reason": reason})
 
@@ -819,9 +820,13 @@ def _build_model(c: TrainConfig, method: Method, device: torch.device, trust_cod
     """(the model trained, the classifier the evaluation scores, what the checkpoint records
     besides).  A denoiser method trains D in front of the frozen ``--classifier`` f (set as
     ``method.classifier``; its recorded ``module:factory`` only with ``trust_code``) and scores
-    f(D(x)); its checkpoint records f's path, sha256 and classes."""
-    from ..models import create_model
+    f(D(x)); its checkpoint records f's path, sha256 and classes.  A ``module:factory`` arch is
+    imported from ``sys.path`` only: it may come from a file (the CLI imports the ``--arch`` typed,
+    looking in the current folder too, before it calls :func:`train`)."""
+    from ..models import create_model, resolve_arch
 
+    if ":" in c.arch:
+        resolve_arch(c.arch, search_cwd=False)  # imported once, so the builders below find it
     if not is_denoiser(c.method):
         model = create_model(c.arch, c.dataset, **c.model_options()).to(device)
         return model, model, {}
@@ -1130,7 +1135,6 @@ def _checkpoint(model, opt, sched, scaler, epoch, c: TrainConfig, method: Method
         "world_size": w.size,
         "data_fingerprint": train_set.fingerprint(),
         "state_dict": model.state_dict(),
-        "state_sha256": state_digest(model.state_dict()),
         "optimizer": opt.state_dict(),
         "scheduler": sched.state_dict(),
         **({"scaler": scaler.state_dict()} if scaler.is_enabled() else {}),

@@ -213,8 +213,8 @@ def resolve_arch(arch: str, *, search_cwd: bool = True) -> ArchSpec:
 def arch_ref(arch: str) -> str:
     """What a checkpoint records for ``arch``: ``module:qualname`` for a model registered with
     :func:`register_model` whose factory imports back (so a new process rebuilds it), else
-    ``arch`` itself."""
-    return resolve_arch(arch).ref or arch
+    ``arch`` itself (a ``module:factory`` is not imported to tell)."""
+    return arch if ":" in arch else resolve_arch(arch).ref or arch
 
 
 def arch_names() -> List[str]:
