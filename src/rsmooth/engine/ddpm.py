@@ -81,11 +81,11 @@ def train_ddpm(dataset: str, out: Union[str, Path], epochs: int = 300, *, batch_
 def _epoch(model: TinyUNet, opt: torch.optim.Optimizer, x_all: torch.Tensor, abar: torch.Tensor, batch_size: int,
            g: torch.Generator) -> tuple:
     """One epoch of L_simple over ``x_all`` in the order and noise ``g`` draws: (mean loss, seconds)."""
-    order, total, start = torch.randperm(len(x_all), generator=g), 0.0, time.time()
+    order, total, start = torch.randperm(len(x_all), generator=g, device=x_all.device), 0.0, time.time()
     for i in range(0, len(order), batch_size):
         x0 = x_all[order[i:i + batch_size]]
-        t = torch.randint(0, len(abar), (len(x0),), generator=g)
-        loss = ddpm_loss(model, x0, t, torch.randn(x0.shape, generator=g), abar)
+        t = torch.randint(0, len(abar), (len(x0),), generator=g, device=x0.device)
+        loss = ddpm_loss(model, x0, t, torch.randn(x0.shape, generator=g, device=x0.device), abar)
         opt.zero_grad()
         loss.backward()
         opt.step()
