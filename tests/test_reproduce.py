@@ -4,6 +4,7 @@ import contextlib
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -631,7 +632,8 @@ def test_shards_a_killed_reproduction_left_are_continued_with_their_count(digits
     ran, lines = [], []
     run_steps([step], 1, tmp_path / "logs", log=lines.append, run_step=lambda argv: ran.append(argv) or main(argv))
     assert [argv[-2:] for argv in ran] == [["--shard", f"{i}/3"] for i in range(3)]
-    assert lines[-1] == f"merged 3 shards into {tmp_path / 'a.tsv'}: 11 examples"
+    assert lines[-2:] == [f"merged 3 shards into {tmp_path / 'a.tsv'}: 11 examples", lines[-1]]
+    assert re.fullmatch(r"   certify a: done in \d+s", lines[-1])  # each step's time (issue 37)
     one = tmp_path / "one.tsv"
     assert main([*step.argv[:-1], str(one)]) == 0 and columns(tmp_path / "a.tsv") == columns(one)
 

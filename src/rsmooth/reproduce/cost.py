@@ -9,7 +9,7 @@ so they follow the table's presets and the budget.  The GPU-hours rest on
 :data:`ASSUMED_THROUGHPUT`, an assumption (not a measurement): data loading and the evaluation
 after each epoch are not counted.  The CPU time rests on :data:`CPU_THROUGHPUT` and
 :data:`CPU_STEP_SECONDS`, fitted to a smoke reproduction's step times
-(``bench/reproduce_cpu_cost.py``; BENCHMARKS.md, "Reproduction cost on a CPU").
+(``bench/reproduce_cpu_cost.py``; BENCHMARKS.md, "Costs told before they are paid").
 """
 from __future__ import annotations
 

@@ -185,7 +185,7 @@ BUDGETS: Dict[str, Budget] = {
     "paper": Budget("paper"),
     "small": Budget("small", epochs=0.1, train=1 / 6, targets=0.1, n=0.1, test=0.1),
     # every step at its least (1 epoch, 120 Fashion-MNIST images, 10 target noises, n = n0, 20 test
-    # images): a whole table in minutes on a 2-core CPU (BENCHMARKS.md, "Reproduction cost on a CPU")
+    # images): a whole table in minutes on a 2-core CPU (BENCHMARKS.md, "Costs told before they are paid")
     "smoke": Budget("smoke", epochs=1 / 150, train=0.002, targets=0.001, n=0.001, test=0.002),
 }
 _FACTORS = [f.name for f in fields(Budget) if f.name != "name"]
