@@ -5,8 +5,10 @@
   of ``count_votes`` (``batch_size`` noisy copies: noise, forward, check, counting) with the
   check and with a plain ``argmax`` (the code before it), alternated pass by pass so that both
   see the same load on a shared machine, and prints the ratio of the medians (1.0 = free).
-* Checkpoints: rsmooth stores a sha256 of the weights and checks it on every load.  This times
-  ``state_digest`` beside ``torch.save`` of the same state (to memory) and ``torch.load``.
+* Checkpoints: rsmooth stores a sha256 of all a checkpoint holds and checks it on every load.
+  This times, for a training checkpoint (weights, SGD momentum, random state, config, history),
+  ``check_bounded`` + ``checkpoint_digest`` (now) and ``state_digest`` of the weights (before
+  issue 37) beside ``torch.save`` of the same checkpoint (to memory) and ``torch.load``.
 
 Usage::
 
@@ -22,7 +24,9 @@ import time
 
 import torch
 
-from rsmooth.engine.checkpoint import state_digest
+from rsmooth.data import dataset_info
+from rsmooth.engine.checkpoint import checkpoint_digest, state_digest
+from rsmooth.jsondata import check_bounded
 from rsmooth.models import create_model
 from rsmooth.smoothing import Smooth
 from rsmooth.smoothing import smooth as smooth_module
@@ -70,29 +74,43 @@ def sampling(pairs: int, batch_size: int) -> None:
             print(f"| {arch} | {mode} | {rc:,.0f} | {rp:,.0f} | {rc / rp:.3f} |")
 
 
+def _training_checkpoint(arch: str, dataset: str) -> dict:
+    """What ``rsmooth train`` saves for ``arch`` after one SGD step (momentum buffers filled)."""
+    model = create_model(arch, dataset)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.rand(2, *dataset_info(dataset).input_shape)).sum().backward()
+    opt.step()
+    return {"epoch": 1, "config": {"arch": arch, "lr": 0.1, "hparams": {"sigma": 0.25}},
+            "state_dict": model.state_dict(), "optimizer": opt.state_dict(),
+            "rng": {"torch": torch.get_rng_state()},
+            "history": [{"epoch": e, "loss": 0.1, "train_acc": 0.5} for e in range(150)]}
+
+
+def _best(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
 def digest(repeats: int) -> None:
-    print(f"\ncheckpoint digest: best of {repeats}")
-    print("| model | parameters | MiB | state_digest (s) | torch.save (s) | torch.load (s) | digest / save |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(f"\ncheckpoint digest of a training checkpoint: best of {repeats}")
+    print("| model | MiB | weights' digest (s) | whole digest + bounds (s) | torch.save (s) | torch.load (s) "
+          "| save: before -> now | load: before -> now |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for arch, dataset in (("cifar_resnet110", "cifar10"), ("resnet50", "imagenet")):
-        state = create_model(arch, dataset).state_dict()
-        mib = sum(t.numel() * t.element_size() for t in state.values()) / 2 ** 20
-        params = sum(t.numel() for k, t in state.items() if t.is_floating_point() and "running" not in k)
-        t_d, t_s, t_l = [], [], []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            state_digest(state)
-            t_d.append(time.perf_counter() - t0)
-            buf = io.BytesIO()
-            t0 = time.perf_counter()
-            torch.save(state, buf)
-            t_s.append(time.perf_counter() - t0)
-            buf.seek(0)
-            t0 = time.perf_counter()
-            torch.load(buf, weights_only=True)
-            t_l.append(time.perf_counter() - t0)
-        d, s, lo = min(t_d), min(t_s), min(t_l)
-        print(f"| {arch} | {params / 1e6:.2f}M | {mib:.1f} | {d:.3f} | {s:.3f} | {lo:.3f} | {d / s:.2f} |")
+        ck = _training_checkpoint(arch, dataset)
+        buf = io.BytesIO()
+        torch.save(ck, buf)
+        data = buf.getvalue()
+        old = _best(lambda: state_digest(ck["state_dict"]), repeats)
+        new = _best(lambda: (check_bounded(ck, "c"), checkpoint_digest(ck)), repeats)
+        save = _best(lambda: torch.save(ck, io.BytesIO()), repeats)
+        load = _best(lambda: torch.load(io.BytesIO(data), weights_only=True), repeats)
+        print(f"| {arch} | {len(data) / 2 ** 20:.1f} | {old:.3f} | {new:.3f} | {save:.3f} | {load:.3f} "
+              f"| {save + old:.3f} -> {save + new:.3f} | {load + old:.3f} -> {load + new:.3f} |")
 
 
 def main() -> None:

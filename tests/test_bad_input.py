@@ -15,7 +15,8 @@ from rsmooth import RsmoothError, Smooth
 from rsmooth.cli import main
 from rsmooth.data import get_dataset
 from rsmooth.engine import TrainConfig, load_model, read_checkpoint, run_certification, train
-from rsmooth.engine.checkpoint import available_devices, resolve_device, state_digest
+from rsmooth.engine.checkpoint import (DIGEST_KEY, available_devices, checkpoint_digest, resolve_device, seal,
+                                      state_digest)
 from rsmooth.engine.pipeline import run_pipeline
 from rsmooth.engine.targets import compute_targets, load_targets
 from rsmooth.paths import check_output_dir, check_output_file
@@ -81,9 +82,8 @@ def test_nan_weights_checkpoint_is_refused(ckpt, tmp_path):
     ck = read_checkpoint(ckpt)
     first = next(k for k, v in ck["state_dict"].items() if v.is_floating_point() and not k.startswith("0."))
     ck["state_dict"][first].fill_(float("nan"))
-    ck["state_sha256"] = state_digest(ck["state_dict"])
     bad = tmp_path / "nan.pt"
-    torch.save(ck, bad)
+    torch.save(seal(ck), bad)
     with pytest.raises(RsmoothError, match="NaN/inf logits .* check the checkpoint"):
         _certify(bad, tmp_path / "c.tsv")
 
@@ -129,7 +129,7 @@ def test_rsmooth_checkpoint_missing_a_key(ckpt, tmp_path, key):
     ck = read_checkpoint(ckpt)
     del ck[key]
     bad = tmp_path / "bad.pt"
-    torch.save(ck, bad)
+    torch.save(seal(ck), bad)
     with pytest.raises(RsmoothError, match=rf"rsmooth checkpoint without a valid '{key}' \(it has keys"):
         load_model(bad)
 
@@ -200,7 +200,7 @@ def test_output_file_checks(tmp_path, monkeypatch):
     with pytest.raises(RsmoothError, match="is a file, not a folder"):
         check_output_file(tmp_path / "f" / "out.tsv")
     for bad in ("/proc/rsmooth_test/out.tsv", "/proc/out.tsv"):
-        with pytest.raises(RsmoothError, match=rf"cannot write --out {bad}: /proc is not writable"):
+        with pytest.raises(RsmoothError, match=rf"cannot write out='{bad}': /proc is not writable"):
             check_output_file(bad)
     assert check_output_file(tmp_path / "new" / "deeper" / "out.tsv") == tmp_path / "new" / "deeper" / "out.tsv"
     assert list(tmp_path.iterdir()) == [tmp_path / "f"]  # nothing created
@@ -209,7 +209,7 @@ def test_output_file_checks(tmp_path, monkeypatch):
         raise OSError(errno.EROFS, "Read-only file system")
 
     monkeypatch.setattr("tempfile.mkstemp", read_only)
-    with pytest.raises(RsmoothError, match=r"is not writable \(Read-only file system\); choose another --out"):
+    with pytest.raises(RsmoothError, match=r"is not writable \(Read-only file system\); choose another out$"):
         check_output_dir(tmp_path / "run")
 
 
@@ -256,7 +256,7 @@ def test_cli_train_huge_seed_is_one_line(tmp_path, capsys):
 def test_huge_batch_says_what_to_lower(batch_size):
     s = Smooth(NaNAbove(limit=2.0), 2, 0.25)
     with pytest.raises(RsmoothError, match=r"cannot allocate the noise of .* lower batch_size \(--batch-size\)"):
-        s.count_votes(torch.rand(1, 1, 4, 4), batch_size, batch_size)
+        s.count_votes(torch.rand(1, 1, 4, 4), 2 ** 40, batch_size)  # num: at most 2**40
 
 
 class OOMOnBigBatches(NaNAbove):
@@ -420,11 +420,11 @@ def _flip_a_weight_byte(src, dst, state):
 
 def test_flipped_byte_in_the_weights_is_detected(ckpt, tmp_path):
     ck = read_checkpoint(ckpt)
-    assert ck["state_sha256"] == state_digest(ck["state_dict"])
+    assert ck[DIGEST_KEY] == checkpoint_digest(ck)
     bad = tmp_path / "checkpoint.pt"
     _flip_a_weight_byte(ckpt / "checkpoint.pt", bad, ck["state_dict"])
-    message = (rf"checkpoint {bad} is corrupt: its weights do not match the stored sha256; "
-               "restore it from a copy or retrain")
+    message = (rf"checkpoint {bad} is corrupt: its contents do not match the stored sha256 \(a changed or "
+               r"flipped bit\); restore it from a copy or retrain")
     with pytest.raises(RsmoothError, match=message):
         load_model(bad)
     with pytest.raises(RsmoothError, match=message):  # resuming reads it the same way
@@ -434,9 +434,57 @@ def test_flipped_byte_in_the_weights_is_detected(ckpt, tmp_path):
 
 def test_checkpoint_without_digest_still_loads(ckpt, tmp_path):
     ck = read_checkpoint(ckpt)
-    del ck["state_sha256"]
+    del ck[DIGEST_KEY]
     torch.save(ck, tmp_path / "old.pt")
     assert load_model(tmp_path / "old.pt").arch == load_model(ckpt).arch
+
+
+def test_i37_a_flipped_bit_in_the_optimiser_state_is_detected(ckpt, tmp_path):
+    """The digest covers the whole checkpoint: a flipped bit in a momentum buffer is refused as
+    corrupt on --resume, not trained on until the run 'diverges'."""
+    ck = read_checkpoint(ckpt)
+    bad = tmp_path / "run" / "checkpoint.pt"
+    bad.parent.mkdir()
+    _flip_a_weight_byte(ckpt / "checkpoint.pt", bad, {str(i): s["momentum_buffer"]
+                                                      for i, s in ck["optimizer"]["state"].items()})
+    message = rf"checkpoint {bad} is corrupt: its contents do not match the stored sha256"
+    with pytest.raises(RsmoothError, match=message):
+        train(TrainConfig(dataset="digits", epochs=2, batch_size=128, hparams={"sigma": 0.25}),
+              bad.parent, resume=True, **QUIET)
+    with pytest.raises(RsmoothError, match=message):
+        load_model(bad)
+
+
+@pytest.mark.parametrize("change", [lambda ck: ck.update(epoch=0), lambda ck: ck["config"].update(lr=0.5),
+                                    lambda ck: ck["rng"]["torch"].__setitem__(7, 1 - ck["rng"]["torch"][7]),
+                                    lambda ck: ck["optimizer"]["param_groups"][0].update(momentum=0.8)])
+def test_i37_changed_metadata_is_detected(ckpt, tmp_path, change):
+    ck = read_checkpoint(ckpt)
+    change(ck)
+    torch.save(ck, tmp_path / "c.pt")
+    with pytest.raises(RsmoothError, match="its contents do not match the stored sha256"):
+        read_checkpoint(tmp_path / "c.pt")
+
+
+def test_i37_an_older_checkpoint_with_the_weights_digest_loads_and_is_checked(ckpt, tmp_path):
+    ck = read_checkpoint(ckpt)
+    old = {k: v for k, v in ck.items() if k != DIGEST_KEY}
+    old["state_sha256"] = state_digest(ck["state_dict"])
+    torch.save(old, tmp_path / "old.pt")
+    assert load_model(tmp_path / "old.pt").arch == "digits_cnn"
+    _flip_a_weight_byte(tmp_path / "old.pt", tmp_path / "bad.pt", ck["state_dict"])
+    with pytest.raises(RsmoothError, match="is corrupt: its weights do not match the stored sha256"):
+        load_model(tmp_path / "bad.pt")
+
+
+def test_i37_checkpoint_digest_sees_every_value_and_its_type():
+    a = {"w": torch.zeros(2), "o": {"state": {0: {"m": torch.ones(2)}}, "lr": [0.1, 1, None, True, "x"]}}
+    d = checkpoint_digest(a)
+    assert d == checkpoint_digest(seal(a)) == checkpoint_digest(dict(reversed(list(a.items()))))
+    for b in ({**a, "w": torch.zeros(2, dtype=torch.float64)}, {**a, "o": {**a["o"], "lr": [0.1, 1.0, None, True, "x"]}},
+              {**a, "o": {**a["o"], "state": {"0": {"m": torch.ones(2)}}}}, {**a, "o": {**a["o"], "lr": [0.1, 1, None, 1, "x"]}},
+              {**a, "extra": None}):
+        assert checkpoint_digest(b) != d
 
 
 def test_state_digest_sees_dtype_shape_and_values():

@@ -46,7 +46,7 @@ def test_job_checks_and_normalises_once():
 
 @pytest.mark.parametrize("kw,match", [
     (dict(mode="x"), "mode must be certify, predict, sequential or adaptive, got 'x'"),
-    (dict(radii=[0.5]), "--radii goes with --sequential"),
+    (dict(radii=[0.5]), "radii goes with mode='sequential'"),
     (dict(mode="sequential", radii=[0.5], n_max=10), "--n-max 10 is below --n0 100"),
     (dict(mode="adaptive", radius_tol=-1), "radius_tol must be >= 0"),
     (dict(shard="2/2"), r"--shard 2/2: the shard index must be in 0\.\.1"),

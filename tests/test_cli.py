@@ -292,3 +292,42 @@ def test_warnings_print_as_one_line_and_debug_is_documented(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "--debug" in capsys.readouterr().out
+
+
+# -- issue 37: help, listing and refusals that match what train accepts -------------------------
+
+def test_i37_help_after_method_shows_only_its_hyperparameters(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--method", "consistency", "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0
+    assert "--method consistency's hyperparameters (without --method, --help lists every method's):" in out
+    assert "--lbd LBD" in out and "--num-noise" in out and "--macer-gamma" not in out and "--mix-eps" not in out
+    assert "smoothmix:" not in out  # only consistency's own help text
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "method hyperparameters (defaults are per method" in out and "--macer-gamma" in out and "--lbd" in out
+
+
+def test_i37_list_architectures_names_every_arch_train_takes(capsys):
+    from rsmooth.models import DENOISERS, arch_names
+
+    assert main(["list", "architectures"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed == arch_names() + [f"{name} (denoiser)" for name in DENOISERS.names()]
+    assert {"dncnn (denoiser)", "dncnn_small (denoiser)"} <= set(listed)
+
+
+def test_i37_a_denoiser_arch_with_a_classifier_method_says_which_methods_train_it(tmp_path, capsys):
+    from rsmooth.engine import TrainConfig
+
+    assert main(["train", "--arch", "dncnn", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err == ("rsmooth: error: dncnn is a denoiser architecture (images to images, no classes) and --method "
+                   "gaussian trains a classifier: train dncnn with --method denoise-mse or denoise-stab (in front "
+                   "of a --classifier), or choose a classifier architecture ('rsmooth list architectures')\n")
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(RsmoothError, match=r"and method='macer' trains a classifier: train dncnn_small with method "
+                                           r"denoise-mse or denoise-stab \(in front of a classifier\)"):
+        TrainConfig(arch="dncnn_small", method="macer").resolved()

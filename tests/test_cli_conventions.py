@@ -191,8 +191,7 @@ def test_a_rank_says_whether_a_signal_or_another_rank_stopped_it():
     for r, (code, err) in enumerate(_torchrun("signal")):  # the scheduler's SIGTERM reaches every rank
         assert code == 143
         assert err == (f"rsmooth: rank {r} of 2: terminated by SIGTERM (from the scheduler or a user; torchrun "
-                       f"passes it to every rank); rerun the same torchrun command (train: add --resume) to "
-                       f"continue\n")
+                       f"passes it to every rank); rerun the same torchrun command\n")
     (code, err), (killed, _) = _torchrun("failure")  # rank 1 fails; torchrun reaps it and stops rank 0
     assert code == 143 and killed == -signal.SIGKILL
     assert err.startswith("rsmooth: rank 0 of 2: stopped because another rank failed (torchrun stops all ranks "

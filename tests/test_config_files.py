@@ -224,3 +224,16 @@ def test_cli_resume_on_an_empty_folder_says_it_starts(tmp_path, capsys, monkeypa
     assert main(["train", "--out", str(tmp_path / "new"), "--resume", "--epochs", "2"]) == 0
     assert f"{tmp_path / 'new'} holds no run yet: starting it" in capsys.readouterr().out
     assert got == [(TrainConfig(epochs=2), True)]
+
+
+def test_i37_a_yaml_alias_bomb_is_refused_quickly(tmp_path, capsys):
+    """524 bytes of YAML aliases unfold into 9**9 values: refused in one line, not walked."""
+    lines = ["arch_kwargs:", '  a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\n")
+    assert len(bomb.read_bytes()) < 600
+    code = main(["train", "--config", str(bomb), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"config file {bomb} holds more than 100000 values" in err, err
+    assert not (tmp_path / "run").exists()

@@ -489,11 +489,14 @@ def test_cifar_python_refuses_other_globals_and_garbage(tmp_path, monkeypatch):
 def test_cifar_not_found_names_every_place_and_layout(tmp_path, monkeypatch):
     monkeypatch.setenv("RSMOOTH_DATA", str(tmp_path / "env"))
     with pytest.raises(RsmoothError) as e:
-        get_dataset("cifar100", "test", data_dir=tmp_path / "given", download=False)
+        get_dataset("cifar100", "test", download=False)
     message = str(e.value)
-    places = [tmp_path / "given" / "cifar100", tmp_path / "given", tmp_path / "env" / "cifar100",
-              tmp_path / "env", tmp_path / "xdg-cache" / "rsmooth" / "data" / "cifar100"]
-    assert ", ".join(map(str, places)) in message
+    cache = tmp_path / "xdg-cache" / "rsmooth" / "data"
+    places = [tmp_path / "env" / "cifar100", tmp_path / "env", cache / "cifar100", cache]
+    assert f"in {', '.join(map(str, places))}); " in message
+    with pytest.raises(RsmoothError) as e:  # a data_dir given is searched alone
+        get_dataset("cifar100", "test", data_dir=tmp_path / "given", download=False)
+    assert f"in {tmp_path / 'given' / 'cifar100'}, {tmp_path / 'given'}); " in str(e.value)
     for layout in ("cifar-100-binary/", "cifar-100-binary.tar.gz", "cifar-100-python/", "cifar-100-python.tar.gz"):
         assert layout in message
 
@@ -667,11 +670,13 @@ def test_imagenet_not_found_names_every_place(tmp_path, monkeypatch):
         get_dataset("imagenet", "test")
     monkeypatch.setenv("IMAGENET_DIR", str(tmp_path / "inet"))
     monkeypatch.setenv("RSMOOTH_DATA", str(tmp_path / "env"))
-    places = [tmp_path / "d" / "imagenet", tmp_path / "d", tmp_path / "env" / "imagenet", tmp_path / "env",
-              tmp_path / "inet", cache]
+    places = [tmp_path / "env" / "imagenet", tmp_path / "env", tmp_path / "inet", cache]
     with pytest.raises(RsmoothError) as e:
+        get_dataset("imagenet", "test")
+    assert f"(looked in {', '.join(map(str, places))}; data_dir not set); " in str(e.value)
+    with pytest.raises(RsmoothError) as e:  # a data_dir given is searched alone
         get_dataset("imagenet", "test", data_dir=tmp_path / "d")
-    assert f"(looked in {', '.join(map(str, places))}); " in str(e.value)
+    assert f"(looked in {tmp_path / 'd' / 'imagenet'}, {tmp_path / 'd'}); " in str(e.value)
 
 
 def test_imagenet_errors(tmp_path):
@@ -734,3 +739,31 @@ def test_certify_indices():
             certify_indices(10, **bad)
     with pytest.raises(RsmoothError):
         certify_indices(-1)
+
+
+# ----------------------------------------------------------------------------- issue 37
+
+
+def test_i37_a_data_dir_given_is_never_replaced_by_another_folder(tmp_path, monkeypatch, capsys):
+    """The cache holds mnist; a data_dir named without it is searched alone: refused (naming where
+    it looked) or downloaded into, never silently read from the cache."""
+    from rsmooth.cli import main
+
+    monkeypatch.setitem(mnist_mod.MIRRORS, "mnist", ["http://127.0.0.1:9/"])  # a download fails at once
+    cache = tmp_path / "xdg-cache" / "rsmooth" / "data" / "mnist"
+    write_mnist(cache, "test", 4, seed=0)
+    with pytest.warns(DataIntegrityWarning):
+        assert get_dataset("mnist", "test", download=False).source == str(cache)  # no data_dir: the cache
+    empty = tmp_path / "empty"
+    with pytest.raises(RsmoothError) as e:
+        get_dataset("mnist", "test", data_dir=empty, download=False)
+    assert f"(looked in {empty / 'mnist'}, {empty / 'MNIST' / 'raw'}); " in str(e.value) and "xdg-cache" not in str(e.value)
+    assert main(["train", "--dataset", "mnist", "--data-dir", str(empty), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith("rsmooth: error: could not download") and f"in {empty / 'mnist'}/" in err
+
+
+def test_i37_digits_says_a_data_dir_is_not_used():
+    with pytest.warns(UserWarning, match="digits ships with scikit-learn and is read from its copy; "
+                                         "data_dir='/nowhere' is not used"):
+        get_dataset("digits", "test", data_dir="/nowhere")

@@ -300,7 +300,7 @@ def test_fingerprints_differ_across_severities_and_corruptions(tmp_path, monkeyp
 
 
 def test_search_order(tmp_path, monkeypatch, strict):
-    """data_dir (<root>/<name>/ or <root>), then $RSMOOTH_DATA, then the cache; never a download."""
+    """data_dir (<root>/<name>/ or <root>) alone when given; else $RSMOOTH_DATA, then the cache; never a download."""
     rel = cifar_release("cifar10-c")
     publish(monkeypatch, rel, counts={"test": 10000})
     monkeypatch.setenv("RSMOOTH_DATA", str(tmp_path / "env"))
@@ -308,9 +308,9 @@ def test_search_order(tmp_path, monkeypatch, strict):
     places = [tmp_path / "arg" / "cifar10-c", tmp_path / "arg", tmp_path / "env" / "cifar10-c", tmp_path / "env", cache]
     for i, place in enumerate(places):
         (rel.write_archive(place) if i % 2 else rel.extract(place))
-    for place in places:
+    for i, place in enumerate(places):
         with pytest.warns(DataIntegrityWarning, match=f"has {PER} images per severity, the official set has 10000"):
-            ds = load("cifar10-c", tmp_path / "arg", download=False)
+            ds = load("cifar10-c", tmp_path / "arg" if i < 2 else None, download=False)
         assert ds.source.startswith(str(place / rel.layout.folder))
         for p in [place / rel.layout.archive, place / rel.layout.folder]:
             if p.is_dir():
@@ -408,13 +408,14 @@ def test_cifar_c_has_only_a_test_split(tmp_path):
 def test_not_found_names_every_place_and_the_manual_download(tmp_path, monkeypatch):
     monkeypatch.setenv("RSMOOTH_DATA", str(tmp_path / "env"))
     with pytest.raises(RsmoothError) as e:
+        load("mnist-c", None, "fog", download=False)
+    places = [tmp_path / "env" / "mnist-c", tmp_path / "env", tmp_path / "xdg-cache" / "rsmooth" / "data" / "mnist-c"]
+    assert f"in {', '.join(map(str, places))}); " in str(e.value)
+    with pytest.raises(RsmoothError) as e:  # a data_dir given is searched alone
         load("mnist-c", tmp_path / "arg", "fog", download=False)
     msg = str(e.value)
     assert msg.startswith("mnist-c/test not found (looked for mnist_c/fog/test_images.npy and test_labels.npy, "
-                          "or mnist_c.zip, in ")
-    places = [tmp_path / "arg" / "mnist-c", tmp_path / "arg", tmp_path / "env" / "mnist-c", tmp_path / "env",
-              tmp_path / "xdg-cache" / "rsmooth" / "data" / "mnist-c"]
-    assert ", ".join(map(str, places)) in msg
+                          f"or mnist_c.zip, in {tmp_path / 'arg' / 'mnist-c'}, {tmp_path / 'arg'}); ")
     assert msg.endswith("allow downloading or download https://zenodo.org/records/3239543/files/mnist_c.zip?download=1 "
                         f"(MD5 4b34b33045869ee6d424616cd3a65da3) to {tmp_path / 'arg' / 'mnist-c' / 'mnist_c.zip'}")
 

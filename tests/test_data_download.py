@@ -210,7 +210,7 @@ def test_mnist_download_failure_says_where_to_put_files(server, tmp_path, monkey
 
 
 def test_fashion_mnist_search_order(tmp_path, monkeypatch):
-    """data_dir, then $RSMOOTH_DATA, then Debian's folder, then the cache; never a download."""
+    """data_dir alone when given; else $RSMOOTH_DATA, then Debian's folder, then the cache; never a download."""
     monkeypatch.setitem(mnist_mod.MIRRORS, "fashion-mnist", ["http://127.0.0.1:9/"])
     roots = {k: tmp_path / k for k in ("arg", "env", "debian", "cache")}
     published = {}
@@ -221,13 +221,16 @@ def test_fashion_mnist_search_order(tmp_path, monkeypatch):
     monkeypatch.setitem(mnist_mod.SYSTEM_DIRS, "fashion-mnist", [roots["debian"]])
     monkeypatch.setenv("RSMOOTH_DATA", str(roots["env"]))
 
-    def load():
+    def load(data_dir=None):
         with pytest.warns(DataIntegrityWarning):
-            return get_dataset("fashion-mnist", "train", data_dir=roots["arg"], download=False)
+            return get_dataset("fashion-mnist", "train", data_dir=data_dir, download=False)
 
-    assert len(load()) == 8
+    assert len(load(roots["arg"])) == 8
     for base in mnist_mod.SPLIT_FILES["train"]:
         (roots["arg"] / "fashion-mnist" / f"{base}.gz").unlink()
+    with pytest.raises(RsmoothError, match=f"not found \\(looked in {roots['arg'] / 'fashion-mnist'}, "
+                                           f"{roots['arg'] / 'FashionMNIST' / 'raw'}\\)"):
+        get_dataset("fashion-mnist", "train", data_dir=roots["arg"], download=False)
     assert len(load()) == 10
     (roots["env"] / "fashion-mnist" / "train-labels-idx1-ubyte.gz").unlink()  # incomplete: skipped
     ds = load()
@@ -240,7 +243,7 @@ def test_fashion_mnist_search_order(tmp_path, monkeypatch):
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert len(get_dataset("fashion-mnist", "train", data_dir=roots["arg"], download=False)) == 14
+        assert len(get_dataset("fashion-mnist", "train", download=False)) == 14
 
 
 # ----------------------------------------------------------------------------- CIFAR download

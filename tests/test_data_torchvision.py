@@ -102,16 +102,18 @@ def test_the_published_checksums_still_apply_in_torchvisions_folder(tmp_path, mo
 def test_not_found_names_every_folder_searched(tmp_path, monkeypatch):
     monkeypatch.setenv("RSMOOTH_DATA", str(tmp_path / "env"))
     with pytest.raises(RsmoothError) as e:
-        get_dataset("fashion-mnist", "train", data_dir=tmp_path / "given", download=False)
+        get_dataset("fashion-mnist", "train", download=False)
     cache = tmp_path / "xdg-cache" / "rsmooth" / "data"
-    places = [tmp_path / "given" / "fashion-mnist", tmp_path / "given" / "FashionMNIST" / "raw",
-              tmp_path / "env" / "fashion-mnist", tmp_path / "env" / "FashionMNIST" / "raw",
+    places = [tmp_path / "env" / "fashion-mnist", tmp_path / "env" / "FashionMNIST" / "raw",
               cache / "fashion-mnist", cache / "FashionMNIST" / "raw"]
     assert f"(looked in {', '.join(map(str, places))})" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(RsmoothError) as e:  # a data_dir given is searched alone
+        get_dataset("fashion-mnist", "train", data_dir=tmp_path / "given", download=False)
+    places = [tmp_path / "given" / "fashion-mnist", tmp_path / "given" / "FashionMNIST" / "raw"]
+    assert f"(looked in {', '.join(map(str, places))})" in str(e.value)
     with pytest.raises(RsmoothError) as e:
-        get_dataset("cifar10", "test", data_dir=tmp_path / "given", download=False)
-    places = [tmp_path / "given" / "cifar10", tmp_path / "given", tmp_path / "env" / "cifar10", tmp_path / "env",
-              cache / "cifar10", cache]
+        get_dataset("cifar10", "test", download=False)
+    places = [tmp_path / "env" / "cifar10", tmp_path / "env", cache / "cifar10", cache]
     assert f"in {', '.join(map(str, places))})" in str(e.value) and "cifar-10-batches-py/" in str(e.value)
 
 

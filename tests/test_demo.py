@@ -74,11 +74,11 @@ def test_a_demo_from_before_the_thread_setting_is_named_as_the_difference(tmp_pa
     out = tmp_path / "d"
     out.mkdir()
     (out / "demo.json").write_text('{"sigmas": [0.25, 0.5], "n": 1000, "epochs": 30, "seed": 0}\n')
-    with pytest.raises(demo.RsmoothError, match=r"seed=0 \(now threads=2\); pass --overwrite"):
+    with pytest.raises(demo.RsmoothError, match=r"seed=0 \(now threads=2\); pass overwrite=True"):
         demo.run_demo(str(out), log=lambda s: None)
 
 
 def test_an_out_that_is_a_file_is_refused_in_one_line(tmp_path):
     (tmp_path / "f").write_text("x")
-    with pytest.raises(demo.RsmoothError, match=r"--out .*f is an existing file; it must name a folder"):
+    with pytest.raises(demo.RsmoothError, match=r"out='.*f' is an existing file; it must name a folder"):
         demo.run_demo(str(tmp_path / "f"), log=lambda s: None)

@@ -237,7 +237,9 @@ def test_missing_diffusers_names_the_extra(tmp_path, monkeypatch):
     with pytest.raises(RsmoothError, match=r"a diffusers folder needs the diffusers package: pip install 'rsmooth\[diffusion\]'"):
         load_diffusion(str(tmp_path))
     with pytest.raises(RsmoothError, match="no file or folder of that name; as a hub id it needs the diffusers"):
-        load_diffusion(str(tmp_path / "ddpm.pt"))  # a typo in a path is not only a missing package
+        load_diffusion("org/no-such-model")  # a hub id's form: maybe a missing package
+    with pytest.raises(RsmoothError, match="ddpm.pt: no such file or folder"):
+        load_diffusion(str(tmp_path / "ddpm.pt"))  # a typo in a path is not a missing package
 
 
 @pytest.mark.slow  # imports diffusers (7 s)

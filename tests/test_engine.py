@@ -41,7 +41,7 @@ def test_learning_and_log(tmp_path):
 @pytest.mark.slow
 def test_existing_checkpoint_needs_resume_and_same_settings(tmp_path):
     train(_config(epochs=1), tmp_path, **QUIET)
-    with pytest.raises(RsmoothError, match="already exists; pass --resume"):
+    with pytest.raises(RsmoothError, match="already exists; pass resume=True"):
         train(_config(epochs=1), tmp_path, **QUIET)
     with pytest.raises(RsmoothError, match="cannot resume .* with --lr 0.05, not --lr 0.1;"):
         train(_config(epochs=2, lr=0.1), tmp_path, resume=True, **QUIET)
@@ -175,7 +175,7 @@ def test_atomic_save_leaves_old_file_on_failure(tmp_path):
     (dict(epochs=2.5), "--epochs must be an integer, got 2.5"),
     (dict(batch_size="64"), "--batch-size must be an integer, got '64'"),
     (dict(lr_step=1.5), "--lr-step must be an integer, got 1.5"),
-    (dict(lr=-1.0), "--lr must be > 0"),
+    (dict(lr=-1.0), r"--lr must be in \(0, 10\]"),
     (dict(lr="0.1"), "--lr must be a number, got '0.1'"),
     (dict(momentum="0.9"), "--momentum must be a number, got '0.9'"),
     (dict(milestones="3"), "--milestones must be increasing epochs >= 1, got '3'"),

@@ -32,7 +32,10 @@ CONFIG = dict(dataset="digits", epochs=3, batch_size=128, lr=0.05, lr_step=2, se
 FLAGS = ["--dataset", "digits", "--epochs", "3", "--batch-size", "128", "--lr", "0.05",
          "--lr-step", "2", "--seed", "3", "--sigma", "0.25"]
 CERTIFY = ["--n", "3000", "--n0", "50", "--batch-size", "1000", "--max", "8"]
-RESUME_LINE = "rerun the same command (train: add --resume) to continue"
+#: how a stopped command says to continue: train, certify, and one that keeps no progress (list)
+RESUME_LINE = "rerun the same command with --resume to continue from the last saved step"
+CERTIFY_LINE = "rerun the same command (without --overwrite) to continue the file: its finished rows are kept"
+RERUN_LINE = "rerun the same command"
 
 
 def _config(**kw):
@@ -144,7 +147,7 @@ def test_second_certify_is_refused_and_sigterm_keeps_whole_rows(ref, tmp_path, c
         _, err = p.communicate(timeout=120)
     finally:
         p.kill()
-    assert p.returncode == 143 and _one_line(err) == f"rsmooth: terminated; {RESUME_LINE}"
+    assert p.returncode == 143 and _one_line(err) == f"rsmooth: terminated; {CERTIFY_LINE}"
     text = tsv.read_text()
     assert text.endswith("\n") and 2 <= len(read_certify_tsv(tsv)) < 8  # whole rows only
     assert _main(capsys, "certify", "--checkpoint", ref, *CERTIFY, "--out", tsv)[0] == 0
@@ -214,7 +217,7 @@ def test_sigterm_and_ctrl_c_before_torch_is_imported(monkeypatch, capsys):
     before = signal.getsignal(signal.SIGTERM)
     monkeypatch.setattr("rsmooth.cli.build_parser", lambda: os.kill(os.getpid(), signal.SIGTERM))
     code, err = _main(capsys, "list")
-    assert code == 143 and _one_line(err) == f"rsmooth: terminated; {RESUME_LINE}"
+    assert code == 143 and _one_line(err) == f"rsmooth: terminated; {RERUN_LINE}"
     assert signal.getsignal(signal.SIGTERM) == before  # restored
 
     def ctrl_c():
@@ -222,7 +225,7 @@ def test_sigterm_and_ctrl_c_before_torch_is_imported(monkeypatch, capsys):
 
     monkeypatch.setattr("rsmooth.cli.build_parser", ctrl_c)
     code, err = _main(capsys, "list")
-    assert code == 130 and _one_line(err) == f"rsmooth: interrupted; {RESUME_LINE}"
+    assert code == 130 and _one_line(err) == f"rsmooth: interrupted; {RERUN_LINE}"
 
 
 @pytest.mark.slow
@@ -490,7 +493,7 @@ def test_a_sigterm_while_the_error_line_is_written_does_not_cut_it(monkeypatch, 
         result = _main(capsys, "list")
     except KeyboardInterrupt:
         pytest.fail("a second SIGTERM stopped the line of the first being written")
-    assert result == (143, f"rsmooth: terminated; {RESUME_LINE}\n")
+    assert result == (143, f"rsmooth: terminated; {RERUN_LINE}\n")
 
 
 def test_debug_shows_the_traceback(monkeypatch, capsys):

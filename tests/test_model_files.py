@@ -191,6 +191,7 @@ def test_a_named_module_is_found_in_the_current_folder_after_sys_path(cwd_module
 def test_a_run_folders_module_is_not_imported_from_the_current_folder(cwd_module, tmp_path):
     name = cwd_module("h5mod_e")
     run = tmp_path / "run"
+    create_model(f"{name}:Tiny", "digits")  # named: found in the current folder (training itself never looks there)
     train(TrainConfig(dataset="digits", arch=f"{name}:Tiny", epochs=1, train_subset=64), run, **QUIET)
     sys.path.remove(os.getcwd())  # a new process: nothing imported, the current folder not on sys.path
     del sys.modules[name]
@@ -263,3 +264,32 @@ def test_both_entry_points_train_and_certify_a_module_in_the_current_folder(tmp_
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         errors.append(done.stderr)
     assert errors[0] == errors[1] and "pass --arch h5nets:tiny" in errors[0]
+
+
+# ----------------------------------------------------------------------------- issue 37, item 5
+
+
+def _shared_lists(levels, width=10):
+    x = [0]
+    for _ in range(levels):
+        x = [x] * width  # one list, referred to width times: a small pickle, width**levels values
+    return x
+
+
+def _self_referencing():
+    x = []
+    x.append(x)
+    return x
+
+
+@pytest.mark.parametrize("bomb,message", [(_shared_lists(10), "holds more than 100000 values"),
+                                          (_self_referencing(), "is nested more than 64 levels deep (or holds itself)")])
+def test_i37_a_checkpoint_whose_arch_kwargs_unfold_without_end_is_refused_quickly(tmp_path, capsys, bomb, message):
+    ck = tmp_path / "c.pt"
+    torch.save({"arch": "digits_cnn", "state_dict": {}, "config": {"arch_kwargs": {"a": bomb}}}, ck)
+    assert ck.stat().st_size < 4000
+    code = main(["certify", "--checkpoint", str(ck), "--out", str(tmp_path / "c.tsv"), "--dataset", "digits"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"checkpoint {ck}" in err and message in err, err
+    with pytest.raises(RsmoothError, match=r"^arch_kwargs (holds more|is nested more) than .*; rsmooth reads no larger"):
+        create_model("digits_cnn", "digits", arch_kwargs={"a": bomb})  # the same bound in Python

@@ -15,6 +15,7 @@ from conftest import QUIET, SUBPROCESS_ENV as ENV
 from rsmooth import RsmoothError
 from rsmooth.cli import main
 from rsmooth.engine import TrainConfig, read_checkpoint, train
+from rsmooth.engine.checkpoint import seal
 from rsmooth.engine.preempt import CheckpointClock, parse_checkpoint_every
 
 train_mod = sys.modules["rsmooth.engine.train"]  # the module (rsmooth.engine.train is the function)
@@ -154,7 +155,8 @@ def test_sigterm_mid_epoch_saves_the_step_and_resume_finishes(ref, tmp_path, cap
     finally:
         p.kill()
     assert p.returncode == 143, stderr
-    assert stderr.strip() == "rsmooth: terminated; rerun the same command (train: add --resume) to continue"
+    assert stderr.strip() == ("rsmooth: terminated; rerun the same command with --resume to continue from the "
+                              "last saved step")
     partial = read_checkpoint(run)["partial"]
     assert partial["epoch"] == 1 and partial["steps"] >= 1
     assert (f"stopped in epoch 2/2 after step {partial['steps']}/10: saved {run / 'checkpoint.pt'}; "
@@ -198,7 +200,7 @@ def test_sigint_in_process_every_step_count_and_old_checkpoints(ref, tmp_path):
     ck = read_checkpoint(old)
     for key in ("checkpoint_every", "eval_every", "eval_examples", "tensorboard"):
         del ck["config"][key]
-    torch.save(ck, old / "checkpoint.pt")
+    torch.save(seal(ck), old / "checkpoint.pt")
     train(_config(), old, resume=True, **QUIET)
     assert_same_run(ref, old)
 
@@ -226,7 +228,7 @@ def test_resume_refuses_fewer_epochs_than_the_partial_one(tmp_path):
     run = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         train(_config(train_subset=256), run, callbacks=[_Signal(5)], **QUIET)
-    with pytest.raises(RsmoothError, match=r"stopped inside epoch 2; pass --epochs 2 or more"):
+    with pytest.raises(RsmoothError, match=r"stopped inside epoch 2; pass epochs=2 or more"):
         train(_config(train_subset=256, epochs=1), run, resume=True, **QUIET)
 
 

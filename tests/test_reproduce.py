@@ -451,7 +451,7 @@ def test_a_signal_during_a_step_is_told_once(tmp_path, monkeypatch, capsys, sig,
     monkeypatch.setattr(cli, "build_parser", parser)
     assert main(["reproduce", "test:tiny", "--budget", BUDGET, "--out", str(tmp_path)]) == code
     err = capsys.readouterr().err.strip()
-    assert len(calls) == 2 and err == f"rsmooth: {word}; rerun the same command (train: add --resume) to continue"
+    assert len(calls) == 2 and err == f"rsmooth: {word}; rerun the same command to continue (finished steps are kept)"
 
 
 @pytest.mark.slow

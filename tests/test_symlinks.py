@@ -155,3 +155,40 @@ def test_analyze_replaces_a_linked_plot(tmp_path, victim):
     assert main(["analyze", str(tmp_path / "c.tsv"), "--plot", str(plot)]) == 0
     assert not plot.is_symlink() and plot.read_bytes().startswith(b"\x89PNG")
 
+
+
+# ----------------------------------------------------------------------------- tensorboard (issue 37, item 4)
+
+
+def test_i37_a_linked_tensorboard_folder_is_refused(tmp_path, victim, capsys):
+    pytest.importorskip("tensorboard")
+    out = tmp_path / "run"
+    _link(out / "tensorboard", victim.parent)
+    _refused(capsys, "train", "--dataset", "digits", "--epochs", "1", "--train-subset", "64", "--eval-examples", "0",
+             "--tensorboard", "--out", out)
+    assert [p.name for p in victim.parent.iterdir()] == ["victim"]
+
+
+def test_i37_an_events_file_name_planted_as_a_link_is_never_written(tmp_path, victim, monkeypatch):
+    """Links at every name tensorboard would give the events file (time, host, pid, counter) are left
+    alone: the file gets a random suffix nobody can plant a link at."""
+    pytest.importorskip("tensorboard")
+    import os
+    import socket
+    import time
+
+    from rsmooth.engine.callbacks import TensorBoardLogger
+
+    now = time.time()
+    monkeypatch.setattr(time, "time", lambda: now)
+    folder = tmp_path / "run" / "tensorboard"
+    folder.mkdir(parents=True)
+    name = f"events.out.tfevents.{int(now):010d}.{socket.gethostname()}.{os.getpid()}"
+    for uid in range(100):
+        _link(folder / f"{name}.{uid}", victim)
+    logger = TensorBoardLogger(folder)
+    logger.on_train_begin({"global_step": 0, "config": {"seed": 0}})
+    logger.on_epoch_end({"epoch": 1, "loss": 0.5})
+    logger.on_train_end({})
+    written = [p for p in folder.iterdir() if not p.is_symlink()]
+    assert len(written) == 1 and written[0].name.startswith(name) and written[0].stat().st_size > 0

@@ -10,6 +10,7 @@ from rsmooth import RsmoothError
 from rsmooth.cli import main
 from rsmooth.engine import TrainConfig, read_checkpoint, train
 from rsmooth.engine.callbacks import CallbackList, TensorBoardLogger
+from rsmooth.engine.checkpoint import seal
 
 QUIET = dict(progress=False, log=lambda s: None)
 #: 4 steps per epoch
@@ -34,7 +35,7 @@ def test_each_invocation_is_a_session_of_the_run(tmp_path):
     assert ck["sessions"] == sessions
 
     # a checkpoint of an earlier rsmooth (no sessions): its invocations become one entry
-    torch.save({k: v for k, v in ck.items() if k != "sessions"}, out / "checkpoint.pt")
+    torch.save(seal({k: v for k, v in ck.items() if k != "sessions"}), out / "checkpoint.pt")
     train(_config(eval_every=0, epochs=4), out, resume=True, **QUIET)
     sessions = read_checkpoint(out)["sessions"]
     assert [e["epoch"] for e in sessions] == [0, 3] and "before sessions were recorded" in sessions[0]["note"]

@@ -12,6 +12,7 @@ from rsmooth import RsmoothError
 from rsmooth.cli import main
 from rsmooth.data import get_dataset
 from rsmooth.engine import TrainConfig, load_model, read_checkpoint, train
+from rsmooth.engine.checkpoint import seal
 from rsmooth.methods import METHODS, Batch, StepContext, create_method
 from rsmooth.models import create_model
 from rsmooth.smoothing import Smooth
@@ -55,7 +56,7 @@ def test_checkpoint_from_before_the_modes_resumes_as_fp32(tmp_path):
     ck = read_checkpoint(tmp_path)
     for key in ("precision", "channels_last", "compile"):
         del ck["config"][key]
-    torch.save(ck, tmp_path / "checkpoint.pt")
+    torch.save(seal(ck), tmp_path / "checkpoint.pt")
     assert len(train(_config(), tmp_path, resume=True, **QUIET).history) == 2
 
 

@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ import rsmooth
 from rsmooth import RsmoothError, load_model
 from rsmooth.cli import main
 from rsmooth.engine import TrainConfig, train
-from rsmooth.engine.checkpoint import file_sha256
+from rsmooth.engine.checkpoint import file_sha256, seal
 from rsmooth.models import MODELS, create_model
 from rsmooth.models.dncnn import create_denoiser
 from rsmooth.trust import UntrustedCode
@@ -88,7 +89,7 @@ def _edit(run, dest, **changes):
             ck[key] = value
         if key != "classifier":
             ck["config"][key] = record["config"][key] = value
-    torch.save(ck, dest / "checkpoint.pt")
+    torch.save(seal(ck), dest / "checkpoint.pt")  # an attacker recomputes the digest
     (dest / "config.json").write_text(json.dumps(record, default=repr))  # a tensor: only the checkpoint holds one
     return dest
 
@@ -204,6 +205,53 @@ def test_safetensors_metadata_naming_code_is_refused(nets, tmp_path, capsys):
     assert load_model(p, trust_code=True).arch == LEGIT  # opted in
 
 
+def test_i37_a_config_file_naming_code_is_refused(hostile, tmp_path, capsys):
+    """A run's config.json (or YAML) given to --config, also to resume that run, is a file like the
+    checkpoint: its module:factory needs --arch SAME or --trust-code."""
+    import yaml
+
+    run, arch, _ = hostile
+    config = run / "config.json"
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(json.loads(config.read_text())["config"]))
+    with pytest.raises(UntrustedCode) as e:
+        TrainConfig.from_file(config)
+    _refused(e.value, arch)
+    for argv in (["--config", str(config), "--out", str(tmp_path / "t")],
+                 ["--config", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "t")],
+                 ["--out", str(run), "--resume", "--config", str(config)]):
+        code, err = _cli(["train", *argv], capsys)
+        assert code == 2 and err.count("\n") == 1 and err.startswith("rsmooth: error: config file "), err
+        assert f"names its architecture {arch}," in err and "--trust-code" in err
+    assert not (tmp_path / "t").exists()
+
+
+def test_i37_a_config_files_module_factory_with_an_opt_in(runs):
+    from rsmooth.cli import build_parser
+    from rsmooth.cli.train import train_config_from_args
+
+    config = str(runs / "clf" / "config.json")
+    for flags in (["--arch", LEGIT], ["--trust-code"]):
+        args = build_parser().parse_args(["train", "--config", config, "--out", "x", *flags])
+        assert train_config_from_args(args).arch == LEGIT
+
+
+@pytest.mark.parametrize("run_name", ["clf", "den"])
+def test_i37_resume_with_trust_code_never_imports_a_module_from_the_current_folder(runs, run_name, tmp_path,
+                                                                                    monkeypatch, capsys):
+    """cd RUN && rsmooth train --out . --resume --trust-code: the module the run records (classifier
+    or denoiser) is looked for on sys.path only, never in the run folder it ships in."""
+    marker = tmp_path / "MARKER"
+    run = _edit(runs / run_name, tmp_path / "run", arch="i37evil:make", arch_kwargs={"width": 1})
+    (run / "i37evil.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+                                    f"def make(**kw):\n    raise SystemExit\n")
+    monkeypatch.chdir(run)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".") and Path(p).resolve() != run.resolve()])
+    code, err = _cli(["train", "--out", ".", "--resume", "--trust-code"], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "cannot import module 'i37evil'" in err and "pass --arch i37evil:make" in err
+    assert not marker.exists() and "i37evil" not in sys.modules
+
+
 # ------------------------------------------------------------------ the opt-ins
 
 
@@ -233,8 +281,9 @@ def test_a_resumed_module_factory_run_needs_arch_or_trust_code(runs, tmp_path):
         TrainConfig.from_run(runs / "clf")
     assert TrainConfig.from_run(runs / "clf", arch=LEGIT).arch == LEGIT
     assert TrainConfig.from_run(runs / "clf", trust_code=True).arch == LEGIT
-    # a --config file is the user's own choice: it names the code
-    assert TrainConfig.from_file(runs / "clf" / "config.json").arch == LEGIT
+    with pytest.raises(UntrustedCode, match=f"^config file .* pass --arch {LEGIT} "):  # travels like a run
+        TrainConfig.from_file(runs / "clf" / "config.json")
+    assert TrainConfig.from_file(runs / "clf" / "config.json", trust_code=True).arch == LEGIT
     run = shutil.copytree(runs / "clf", tmp_path / "more")
     assert train(None, run, resume=True, trust_code=True, **QUIET).checkpoint.exists()
 

@@ -160,7 +160,7 @@ def test_train_logs_eta_and_bars_raise_no_warning(tmp_path, monkeypatch):
 def test_resume_to_fewer_epochs_is_refused(tmp_path):
     config = TrainConfig(epochs=2, batch_size=512)
     train(config, str(tmp_path / "r"), **QUIET)
-    with pytest.raises(RsmoothError, match="already trained 2 epochs; pass --epochs 2 or more"):
+    with pytest.raises(RsmoothError, match="already trained 2 epochs; pass epochs=2 or more"):
         train(TrainConfig(epochs=1, batch_size=512), str(tmp_path / "r"), resume=True, **QUIET)
     lines = []
     train(config, str(tmp_path / "r"), resume=True, progress=False, log=lines.append)
@@ -175,10 +175,74 @@ def test_demo_refuses_other_settings_and_overwrites(tmp_path, monkeypatch):
     kw = dict(sigmas=(0.5,), n=100, log=lambda s: None)
     table = run_demo(str(out), epochs=1, **kw)
     assert run_demo(str(out), epochs=1, **kw) == table  # same settings: reused
-    with pytest.raises(RsmoothError, match=r"holds a demo run with .*epochs=1.*pass --overwrite"):
+    with pytest.raises(RsmoothError, match=r"holds a demo run with .*epochs=1.*pass overwrite=True"):
         run_demo(str(out), epochs=2, **kw)
     (out / "keep.txt").write_text("not the demo's")
     run_demo(str(out), epochs=2, overwrite=True, **kw)
     assert read_checkpoint(out / "gaussian_0.50")["epoch"] == 2
     assert json.loads((out / "demo.json").read_text())["epochs"] == 2
     assert (out / "keep.txt").exists()
+
+
+# -- issue 37: messages right for where they are read -----------------------------------------
+
+def test_i37_a_finished_run_says_so_in_the_callers_spelling(tmp_path, capsys):
+    """A finished run reused says it is finished (and resumes nothing), naming the setting to raise
+    as the caller gives it: a keyword from Python, a flag in a command."""
+    from rsmooth.cli import main
+
+    run = tmp_path / "r"
+    config = TrainConfig(epochs=1, batch_size=512, train_subset=64, eval_every=0)
+    train(config, str(run), **QUIET)
+    lines = []
+    train(config, str(run), resume=True, progress=False, log=lines.append)
+    assert lines == [f"{run / 'checkpoint.pt'} has already trained all 1 epochs; nothing to do (to train "
+                     f"further, pass more epochs, e.g. epochs=2)"]
+    with pytest.raises(RsmoothError, match=r"already exists; pass resume=True to continue that run or choose "
+                                           r"another out$"):
+        train(config, str(run), **QUIET)
+    assert main(["train", "--out", str(run), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing to do (to train further, pass more epochs, e.g. --epochs 2)" in out and "resuming" not in out
+    assert main(["train", "--out", str(run)]) == 2
+    assert "already exists; pass --resume to continue that run or choose another --out" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,hint", [
+    (["train", "--out", "r"], " with --resume to continue from the last saved step"),
+    (["certify", "--checkpoint", "r", "--out", "c.tsv"],
+     " (without --overwrite) to continue the file: its finished rows are kept"),
+    (["predict", "--checkpoint", "r", "--out", "p.tsv"],
+     " (without --overwrite) to continue the file: its finished rows are kept"),
+    (["targets", "--checkpoint", "r", "--out", "t.pt"], " (without --overwrite) to continue"),
+    (["list"], ""),
+])
+def test_i37_a_stopped_command_says_how_it_continues(monkeypatch, capsys, argv, hint):
+    """Ctrl-C's line gives the stopped subcommand's own advice (certify continues its file; only
+    train needs --resume), in one process and in a torchrun rank."""
+    from rsmooth.cli import certify, listing, main, targets
+    from rsmooth.cli import train as train_cli
+    from rsmooth.torchrun import stop_line
+
+    def ctrl_c(args):
+        raise KeyboardInterrupt
+
+    for module in (train_cli, certify, targets, listing):
+        monkeypatch.setattr(module, "run", ctrl_c)
+    assert main(argv) == 130
+    assert capsys.readouterr().err == f"rsmooth: interrupted; rerun the same command{hint}\n"
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert stop_line(False, hint) == f"rsmooth: rank 1 of 2: interrupted; rerun the same torchrun command{hint}"
+
+
+def test_i37_settings_are_named_as_the_reader_gives_them():
+    from rsmooth.errors import command_line, setting, spelled
+
+    assert [setting("epochs", 3), setting("resume", True), setting("out"), spelled("--sequential", "mode=...")] == [
+        "epochs=3", "resume=True", "out", "mode=..."]
+    with command_line():
+        assert [setting("epochs", 3), setting("resume", True), setting("out"), spelled("--sequential", "mode=..."),
+                setting("keep", True, flag="--keep-shards"), setting("num_workers", 2, flag="--workers")] == [
+            "--epochs 3", "--resume", "--out", "--sequential", "--keep-shards", "--workers 2"]
+    assert setting("out") == "out"  # the command's spelling ends with it

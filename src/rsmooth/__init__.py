@@ -8,6 +8,10 @@ SmoothMix, CAT-RS, ...), evaluate and reproduce the papers' tables.
 ``summarize`` / ``records`` / ``analyze`` are imported on first use, so ``import rsmooth`` (and the
 command line's start) does not wait for PyTorch.
 """
+from .imports import drop_cwd_when_run as _drop_cwd_when_run
+
+_drop_cwd_when_run()  # python -m rsmooth: the current folder leaves sys.path before anything else is imported
+
 __version__ = "0.1.0"
 
 import typing as _typing  # noqa: E402 (private: dir(rsmooth) and __all__ list only the API)
@@ -17,7 +21,7 @@ from .errors import RsmoothError  # noqa: E402
 #: public name -> the module that defines it (imported on first access, PEP 562)
 _LAZY = {"Smooth": ".smoothing", "create_model": ".models", "register_model": ".models",
          "get_dataset": ".data", "load_model": ".engine.checkpoint"}
-# results as data: FileSummary objects, plain records (pandas.DataFrame(records(...))), the table text
+# results as data: FileSummary objects, plain records (pandas.DataFrame(records(...)) after pip install pandas), the table text
 _LAZY.update({"summarize": ".report.summary", "records": ".report.summary", "FileSummary": ".report.summary",
               "analyze": ".report.summary"})
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterator, List, Sequence
 import torch
 
 from .engine import TrainConfig, run_certification, train
-from .errors import RsmoothError
+from .errors import RsmoothError, setting
 from .fileio import atomic_write_text
 from .paths import check_output_dir
 from .report import analyze
@@ -86,8 +86,8 @@ def _prepare(root: Path, settings: Dict[str, Any], overwrite: bool) -> None:
         if old != settings:
             had = ", ".join(f"{k}={v}" for k, v in old.items()) if isinstance(old, dict) else "unknown settings"
             now = ", ".join(f"{k}={v}" for k, v in settings.items() if not isinstance(old, dict) or old.get(k) != v)
-            raise RsmoothError(f"{root} holds a demo run with {had} (now {now}); pass --overwrite to replace it "
-                               f"or choose another --out")
+            raise RsmoothError(f"{root} holds a demo run with {had} (now {now}); pass {setting('overwrite', True)} to replace it "
+                               f"or choose another {setting('out')}")
     if overwrite:
         for p in ours:
             if p.is_dir():

@@ -4,15 +4,19 @@ Config files (``rsmooth train --config``) and recorded run configs are JSON or Y
 accepts what those formats give for the annotations the settings use (``int``, ``float``,
 ``bool``, ``str``, ``Optional[...]``, ``List[...]``, ``Dict[str, ...]``, ``Any``), turns an integer
 into a float where a float is expected, and names the expected type when a value does not fit.
+Integers must fit 64 bits and numbers be finite (YAML's ``.inf``, JSON's ``NaN``): nothing a setting
+means is stored otherwise; each setting's own range is checked where it is used.
 """
 from __future__ import annotations
 
+import math
 import typing
 from typing import Any, Dict, Mapping, Tuple
 
 from .errors import RsmoothError
 
 _NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+_INT64 = 2 ** 63
 
 
 def describe(hint: Any) -> str:
@@ -55,13 +59,22 @@ def convert(value: Any, hint: Any) -> Tuple[bool, Any]:
         return isinstance(value, Mapping) and all(isinstance(k, str) for k in value), \
             dict(value) if isinstance(value, Mapping) else value
     if hint is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         return ok, float(value) if ok else value
     if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
+        return isinstance(value, int) and not isinstance(value, bool) and -_INT64 < value < _INT64, value
     if isinstance(hint, type):
         return isinstance(value, hint), value
     return True, value
+
+
+def _why(value: Any) -> str:
+    """What is wrong with a number that has the right type."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return ", which does not fit 64 bits; lower it"
+    if isinstance(value, float) and not math.isfinite(value):
+        return ", which is not finite"
+    return ""
 
 
 def check_values(values: Mapping[str, Any], hints: Mapping[str, Any], where: str) -> Dict[str, Any]:
@@ -71,5 +84,5 @@ def check_values(values: Mapping[str, Any], hints: Mapping[str, Any], where: str
     for key, value in values.items():
         ok, out[key] = convert(value, hints[key])
         if not ok:
-            raise RsmoothError(f"{where}: {key} must be {describe(hints[key])}, got {value!r}")
+            raise RsmoothError(f"{where}: {key} must be {describe(hints[key])}, got {value!r}{_why(value)}")
     return out

@@ -14,7 +14,8 @@ a process dies, however it dies.
 rsmooth never writes through a symbolic link at the file it writes (a link placed in a shared
 output folder would redirect the write to a file of the link's choosing): a file written whole
 replaces the link itself (the rename above), and a lock or a file written incrementally
-(:func:`open_nofollow`) refuses it with a one-line error.  This holds for the file the user names
+(:func:`open_nofollow`) refuses it with a one-line error, as does a folder rsmooth makes inside
+the output (:func:`make_folder_nofollow`).  This holds for the file the user names
 too, since its lock and side files lie beside it; folders on the way are followed as usual.
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ import warnings
 from pathlib import Path
 from typing import IO, Callable, Iterator, Optional, Union
 
-from .errors import RsmoothError
+from .errors import RsmoothError, setting
 
 try:
     import fcntl
@@ -142,16 +143,31 @@ _MODES = {"w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "a": os.O_WRONLY | os.O_CR
           "ab": os.O_WRONLY | os.O_CREAT | os.O_APPEND, "r+b": os.O_RDWR}
 
 
+def _link_error(path: PathLike) -> RsmoothError:
+    return RsmoothError(f"{path} is a symbolic link; rsmooth does not write through links (it would write "
+                        f"wherever the link points): remove it or choose another --out")
+
+
 def _open_fd(path: PathLike, flags: int) -> int:
     """``os.open(path, flags)`` that refuses a symbolic link at ``path`` (``O_NOFOLLOW``)."""
     try:
         return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o666)
     except OSError:
         if os.path.islink(path):  # ELOOP (EMLINK on BSD)
-            raise RsmoothError(f"{path} is a symbolic link; rsmooth does not write through links (it "
-                               f"would write wherever the link points): remove it or choose another "
-                               f"--out") from None
+            raise _link_error(path) from None
         raise
+
+
+def make_folder_nofollow(path: PathLike) -> Path:
+    """Create folder ``path`` (and its parents) unless it exists, refusing a symbolic link at
+    ``path`` itself with a one-line error: a folder of outputs rsmooth makes inside ``--out``
+    (e.g. ``OUT/tensorboard``), where a planted link would send every file in it elsewhere."""
+    p = Path(path)
+    if not p.is_symlink():
+        p.mkdir(parents=True, exist_ok=True)
+    if p.is_symlink():
+        raise _link_error(p)
+    return p
 
 
 def open_nofollow(path: PathLike, mode: str = "a", **kwargs) -> IO:
@@ -211,7 +227,7 @@ def _acquire(lock_file: Path, target: PathLike) -> Optional[int]:
             if e.errno not in (errno.EAGAIN, errno.EACCES):
                 raise OSError(e.errno, e.strerror, os.fspath(lock_file)) from None
             raise RsmoothError(f"another rsmooth process (pid {holder}) is writing {target}; "
-                               f"wait for it to finish or choose another --out") from None
+                               f"wait for it to finish or choose another {setting('out')}") from None
         try:
             same = os.path.samestat(os.fstat(fd), os.stat(lock_file))
         except FileNotFoundError:

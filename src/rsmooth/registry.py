@@ -1,7 +1,8 @@
 """A small name -> object registry (after fvcore's ``Registry``).
 
-Registries feed the CLI's ``choices=`` and the tests' parametrisation, so a new
-model, dataset or method is one file plus one decorator.
+Registries feed the CLI's ``choices=`` (through :mod:`rsmooth.cli.catalog`, rewritten with the
+golden help files) and the tests' parametrisation, so a new model, dataset or method is
+one file plus one decorator.
 """
 from __future__ import annotations
 

@@ -8,9 +8,6 @@ import os
 from pathlib import Path
 from typing import Optional
 
-RERUN = "rerun the same torchrun command (train: add --resume) to continue"
-
-
 def _int_env(name: str) -> Optional[int]:
     try:
         return int(os.environ[name])
@@ -41,22 +38,24 @@ def another_rank_exited() -> Optional[bool]:
     return None if left is None else left < local
 
 
-def stop_line(signalled: bool) -> str:
+def stop_line(signalled: bool, hint: str = "") -> str:
     """The one line a rank of a multi-process job prints when SIGTERM (``signalled``) or Ctrl-C
-    stops it: whether another rank failed first (torchrun then stops the rest) or a signal came."""
+    stops it: whether another rank failed first (torchrun then stops the rest) or a signal came;
+    it ends in ``rerun the same torchrun command`` and the subcommand's ``hint``."""
     where = f"rank {os.environ.get('RANK', '?')} of {os.environ.get('WORLD_SIZE', '?')}"
+    rerun = f"rerun the same torchrun command{hint}"
     if not signalled:
-        return f"rsmooth: {where}: interrupted; {RERUN}"
+        return f"rsmooth: {where}: interrupted; {rerun}"
     failed = another_rank_exited()
     if failed:
         return (f"rsmooth: {where}: stopped because another rank failed (torchrun stops all ranks when "
-                f"one fails; its report names it); {RERUN}")
+                f"one fails; its report names it); {rerun}")
     size, local = _int_env("WORLD_SIZE"), _int_env("LOCAL_WORLD_SIZE")
     elsewhere = failed is None or (size is not None and local is not None and size > local)
     return (f"rsmooth: {where}: terminated by SIGTERM (from the scheduler or a user; torchrun passes "
             f"it to every rank" + (", and also sends it when a rank on another node, or one it cannot "
                                    "see, failed: then its report names that rank" if elsewhere else "")
-            + f"); {RERUN}")
+            + f"); {rerun}")
 
 
 def processes(size: int, backend: str, device: str) -> str:

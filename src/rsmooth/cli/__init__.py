@@ -5,7 +5,8 @@ The package owns the command line and nothing below it: one module per subcomman
 (:mod:`.flags`), and how a command ends (:mod:`.exits`: one line per error, exit statuses).
 :func:`main` only builds the parser from :data:`SUBCOMMANDS`, dispatches, and turns errors and
 signals into one line.  A new subcommand is one module plus one entry in :data:`SUBCOMMANDS`
-(whose order is that of ``rsmooth --help``).
+(whose order is that of ``rsmooth --help``).  Building the parser imports no PyTorch: what it
+shows of the registries comes from :mod:`.catalog`, and a subcommand imports the rest in ``run``.
 
 Units: sigma and radii are l2 distances in [0, 1] pixel units (images scaled to [0, 1] before
 normalisation), as in every randomized-smoothing paper.
@@ -21,6 +22,8 @@ import warnings
 from typing import Any, List, Optional
 
 from .. import __version__
+from ..errors import command_line
+from ..imports import keep_cwd_off_child_paths
 from . import analyze, certify, demo, listing, merge, pipeline, preview, reproduce, show_preset, targets, train
 from .exits import explain, flushed_at_exit, show_warning, silence_closed_stdout, stopped
 from .flags import UNITS, Parser
@@ -68,11 +71,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     ``--debug`` (anywhere in the arguments) or ``RSMOOTH_DEBUG=1`` shows its traceback instead.
     130 (Ctrl-C) and 143 (SIGTERM, what schedulers send before killing a job): the run stops as
     if killed between two units of work (training saves the step in progress, certification keeps
-    its whole rows), and rerunning the same command (train: with --resume) continues it.  A main
+    its whole rows); its line says how to continue (the subcommand's ``rerun_hint``).  A main
     called inside another (a step of ``reproduce``) leaves signals to the outer one, which says
-    so once.
+    so once.  Without ``argv`` (the ``rsmooth`` program) the Python processes it starts never put
+    the current folder on ``sys.path`` (:func:`rsmooth.imports.keep_cwd_off_child_paths`).
     """
     global _depth
+    if argv is None:
+        keep_cwd_off_child_paths()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("RSMOOTH_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
@@ -80,6 +86,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     line_buffered_stdout()  # a SLURM log shows each line when it is printed
     terminated: List[int] = []
+    parsed: List[argparse.Namespace] = []  # the arguments, once parsed: how to continue after a stop
 
     def on_sigterm(signum: int, frame: Any) -> None:
         terminated.append(signum)
@@ -91,7 +98,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     previous = signal.signal(signal.SIGTERM, on_sigterm) if handle_signals else None
     _depth += 1
     try:
-        _dispatch(argv)
+        _dispatch(argv, parsed)
     except SystemExit:  # --help, --version and usage errors: their text may meet a closed pipe too
         if flushed_at_exit():
             return 141
@@ -100,7 +107,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if nested:  # the outer main knows whether it was SIGTERM, and prints the one line
             raise
         _last_line_follows(handle_signals)
-        return stopped(bool(terminated))
+        return stopped(bool(terminated), getattr(parsed[0], "rerun_hint", "") if parsed else "")
     except Exception as e:
         if isinstance(e, BrokenPipeError) and silence_closed_stdout():
             return 141  # quietly, as a tool that SIGPIPE ends (128 + 13): 'rsmooth list | head' is no error
@@ -118,10 +125,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0
 
 
-def _dispatch(argv: List[str]) -> None:
-    """Parse ``argv`` and run its subcommand, warnings shown as one line."""
-    with warnings.catch_warnings():  # restores the default display afterwards
+def _dispatch(argv: List[str], parsed: List[argparse.Namespace]) -> None:
+    """Parse ``argv`` (into ``parsed``) and run its subcommand, warnings shown as one line and
+    messages naming flags (:func:`~rsmooth.errors.command_line`)."""
+    with warnings.catch_warnings(), command_line():  # restores the default display afterwards
         warnings.showwarning = show_warning
         args = build_parser().parse_args(argv)
+        parsed.append(args)
         args.func(args)
         sys.stdout.flush()  # here, so a closed pipe is handled below, not at the interpreter's exit

@@ -1,10 +1,6 @@
-"""``python -m rsmooth.cli ...``: as ``python -m rsmooth`` (the current folder dropped from sys.path first)."""
+"""``python -m rsmooth.cli ...``: as ``python -m rsmooth`` (the current folder left ``sys.path`` when the package was imported)."""
 import sys
 
-from ..imports import drop_implicit_cwd
-
-drop_implicit_cwd()
-
-from . import main  # noqa: E402  (after the sys.path fix)
+from . import main
 
 sys.exit(main())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import RsmoothError
-from .flags import UNITS
+from .flags import UNITS, number
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "its metadata records them (the whole table, marked for reference, when none does); 'list' "
                    "lists the tables. With --corruptions: auto (default: the paper's numbers beside ours when the dataset, sigma and "
                    "method match), always (marked not comparable when they do not) or never")
-    a.add_argument("--radii", type=float, nargs="+", help="radii for the columns (default: 0 to the largest radius, step 0.25)")
+    a.add_argument("--radii", type=number, nargs="+", help="radii for the columns (default: 0 to the largest radius, step 0.25)")
     a.add_argument("--format", default="markdown", choices=["markdown", "latex", "csv"], help="table format")
     a.add_argument("--json", action="store_true", help="print JSON instead of a table")
     a.add_argument("--plot", help="write a plot of certified accuracy against radius; the extension "
@@ -51,10 +51,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--as-printed", action="store_true",
                    help="with --paired: round the radii of both files to 3 significant digits, as the public "
                    "codebases' certify scripts print them (rsmooth writes full precision)")
-    a.add_argument("--ci-level", type=float, metavar="LEVEL",
+    a.add_argument("--ci-level", type=number, metavar="LEVEL",
                    help="with --ci: the confidence level of both; with --paired: of the ACR difference's interval "
                    "(default: 0.95)")
-    a.add_argument("--alpha", type=float,
+    a.add_argument("--alpha", type=number,
                    help="with --ci: the certificates' alpha for files without a sidecar JSON that records it "
                    "(public codebases' TSVs; their standard protocol: 0.001); without it such files get no "
                    "high-probability bound")

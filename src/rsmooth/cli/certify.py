@@ -6,9 +6,10 @@ import argparse
 from typing import Any, Dict
 
 from ..errors import RsmoothError
+from . import catalog
 from .flags import (DEFAULT_N, TRUST_PICKLE, UNITS, add_arch_flags, add_certify_options, add_common_data,
                     add_corruption_flags, add_foreign_flags, add_heartbeat_flag, add_sequential_flags,
-                    add_trust_code_flag, auto_batch_help, batch_size, integer, model_options)
+                    add_trust_code_flag, any_integer, auto_batch_help, batch_size, integer, model_options, number)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,8 +19,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_mode(sub: argparse._SubParsersAction, name: str, helptext: str) -> None:
-    from ..data import DATASETS
-
     c = sub.add_parser(name, help=helptext, description=helptext + " (Cohen, Rosenfeld, Kolter "
                        "2019, Certified Adversarial Robustness via Randomized Smoothing, arXiv 1902.02918). "
                        "Writes a TSV (idx label predict radius correct time) row by row and a "
@@ -27,14 +26,14 @@ def _add_mode(sub: argparse._SubParsersAction, name: str, helptext: str) -> None
                        "interrupted run. " + UNITS)
     c.add_argument("--checkpoint", required=True, help="OUT/checkpoint.pt of 'rsmooth train' "
                    "(or its folder), or a public Cohen/Salman/Jeong/MACER checkpoint with --dataset")
-    c.add_argument("--dataset", choices=DATASETS.names(), help="default: the checkpoint's")
+    c.add_argument("--dataset", choices=catalog.datasets(), help="default: the checkpoint's")
     c.add_argument("--split", default="test", choices=["test", "train"], help="default: test")
-    c.add_argument("--sigma", type=float, help="noise level, std in [0,1] pixel units (default: the checkpoint's)")
+    c.add_argument("--sigma", type=number, help="noise level, std in [0,1] pixel units (default: the checkpoint's)")
     c.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE)
     add_trust_code_flag(c)
     add_certify_options(c, name)
     c.add_argument("--batch-size", type=batch_size, default="auto", help=auto_batch_help())
-    c.add_argument("--seed", type=int, default=0,
+    c.add_argument("--seed", type=any_integer, default=0,
                    help="noise seed; example i uses a stream derived from (seed, i) (default: 0)")
     c.add_argument("--compile", action="store_true", help="compile the noisy forward pass (torch.export + inductor with frozen weights; seconds to start, then faster; recorded in OUT.json)")
     c.add_argument("--out", required=True, help="output TSV")
@@ -55,7 +54,8 @@ def _add_mode(sub: argparse._SubParsersAction, name: str, helptext: str) -> None
     add_arch_flags(c, train=False)
     add_common_data(c)
     add_foreign_flags(c)
-    c.set_defaults(func=run, mode=name)
+    c.set_defaults(func=run, mode=name, rerun_hint=" (without --overwrite) to continue the file: its finished "
+                   "rows are kept")
 
 
 def _add_diffusion_flags(p: argparse.ArgumentParser) -> None:
@@ -71,13 +71,16 @@ def _add_diffusion_flags(p: argparse.ArgumentParser) -> None:
         "time are printed before it starts")
     g.add_argument("--diffusion", metavar="PATH_OR_ID",
                    help="a diffusers UNet2DModel + DDPMScheduler folder saved with save_pretrained (or a cached hub "
-                   "id; pip install 'rsmooth[diffusion]'), rsmooth's DDPM file (bench/train_ddpm.py), or "
+                   "id; pip install 'rsmooth[diffusion]'), rsmooth's DDPM file (python -m rsmooth.train_ddpm), or "
                    "package.module:factory returning (model, alphas_cumprod) with model(x_t, t) -> epsilon; "
                    "of a learned-variance output (improved/guided-diffusion) the epsilon half is used (default: none, "
                    "the classifier alone)")
     g.add_argument("--diffusion-steps", type=integer, default=1, metavar="K",
                    help="reverse-process steps from t* to 0 (evenly spaced, a UNet pass each; the noise of each "
                    "step seeded by the input); 1: the one-shot estimate above, the paper's default (default: 1)")
+    g.add_argument("--diffusion-other-dataset", action="store_true",
+                   help="use a DDPM file that records another dataset than the one certified (refused without "
+                   "it: a denoiser of other images keeps the certificate sound but its accuracy low)")
 
 
 def _sequential_options(args: argparse.Namespace) -> Dict[str, Any]:
@@ -121,7 +124,8 @@ def run(args: argparse.Namespace) -> None:
                   seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
                   data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
                   trust_pickle=args.trust_pickle, trust_code=args.trust_code, model_options=model_options(args),
-                  heartbeat=args.heartbeat, diffusion=args.diffusion, diffusion_steps=args.diffusion_steps)
+                  heartbeat=args.heartbeat, diffusion=args.diffusion, diffusion_steps=args.diffusion_steps,
+                  diffusion_other_dataset=args.diffusion_other_dataset)
     dataset = args.dataset
     if args.corruption is None and args.severity is None and (
             dataset is None or not published_release(dataset)):

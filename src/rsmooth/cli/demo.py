@@ -17,7 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--overwrite", action="store_true",
                    help="delete the demo's earlier models and results in --out and start over")
     add_foreign_flags(d)
-    d.set_defaults(func=run)
+    d.set_defaults(func=run, rerun_hint=" (without --overwrite) to continue")
 
 
 def run(args: argparse.Namespace) -> None:

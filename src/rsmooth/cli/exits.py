@@ -71,8 +71,10 @@ def flushed_at_exit() -> bool:
     return False
 
 
-def stopped(terminated: bool) -> int:
-    """Print the one line of a command stopped by Ctrl-C or (``terminated``) SIGTERM; its status."""
+def stopped(terminated: bool, hint: str = "") -> int:
+    """Print the one line of a command stopped by Ctrl-C or (``terminated``) SIGTERM, ending in
+    ``rerun the same command`` and the subcommand's ``hint`` (`` with --resume to continue ...``);
+    its status."""
     import os
 
     how = "terminated" if terminated else "interrupted"
@@ -80,7 +82,7 @@ def stopped(terminated: bool) -> int:
     if size not in ("", "1"):  # a signal, or torchrun stopping the ranks after one failed
         from ..torchrun import stop_line
 
-        print(stop_line(terminated), file=sys.stderr, flush=True)  # before torchrun's report
+        print(stop_line(terminated, hint), file=sys.stderr, flush=True)  # before torchrun's report
     else:
-        print(f"rsmooth: {how}; rerun the same command (train: add --resume) to continue", file=sys.stderr)
+        print(f"rsmooth: {how}; rerun the same command{hint}", file=sys.stderr)
     return 143 if terminated else 130

@@ -9,11 +9,12 @@ normalisation), as in every randomized-smoothing paper.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import typing
 from typing import Any, Dict, List
 
 from ..errors import RsmoothError
+from . import catalog
+from .catalog import trainable_datasets  # noqa: F401 (the subcommands' --dataset choices)
 
 UNITS = ("sigma and radii are l2 distances in [0,1] pixel units: images are scaled to [0,1] "
          "and the noise is added before normalisation (e.g. sigma 0.25, 0.5, 1.0).")
@@ -38,11 +39,45 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def integer(text: str) -> int:
+def any_integer(text: str) -> int:
+    """An integer, written out or as ``1e5`` (exactly: ``1.5e0`` is refused); its range is the
+    caller's (seeds go to 2**63 - 1)."""
+    import decimal
+
     try:
-        v = int(text)
+        return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        pass
+    try:
+        d = decimal.Decimal(text.strip())
+    except decimal.InvalidOperation:
+        d = decimal.Decimal("NaN")
+    if not d.is_finite() or d.adjusted() > 100 or d != d.to_integral_value():  # 1e100000 is not built
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    return int(d)
+
+
+def integer(text: str) -> int:
+    """A count or index flag's value: an integer of magnitude at most MAX_COUNT (2**40), so that no
+    absurd value reaches a tensor or a loop (``1e5`` is 100000)."""
+    from ..smoothing.stats import MAX_COUNT, MAX_COUNT_TEXT
+
+    v = any_integer(text)
+    if abs(v) > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"expected an integer of at most {MAX_COUNT_TEXT}, got {text!r}; lower it")
+    return v
+
+
+def number(text: str) -> float:
+    """A float flag's value: a finite number (nan and inf are refused; --radius-tol alone takes inf)."""
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return v
 
 
@@ -101,17 +136,12 @@ def add_foreign_flags(p: argparse.ArgumentParser) -> None:
 
 
 
+#: a method hyperparameter's value type, by the name the catalogue stores
+_TYPES = {"int": integer, "float": number, "str": str}
+
+
 def _dest(flag: str) -> str:
     return "hp_" + flag[2:].replace("-", "_")
-
-
-def _field_type(f: dataclasses.Field):
-    t = f.type if not isinstance(f.type, str) else {"int": int, "float": float, "bool": bool,
-                                                     "str": str}.get(f.type.split("[")[0], str)
-    origin = typing.get_origin(t)
-    if origin is typing.Union:
-        t = next(a for a in typing.get_args(t) if a is not type(None))
-    return t
 
 
 def _json_object(text: str) -> Dict[str, Any]:
@@ -151,11 +181,11 @@ def add_arch_flags(p: argparse.ArgumentParser, train: bool) -> None:
         g.add_argument("--input-size", type=integer, nargs=3, metavar=("C", "H", "W"),
                        help="input shape passed to a factory that takes input_size (default and only "
                        "choice: the dataset's; images are not resized)")
-    g.add_argument("--mean", type=float, nargs="+", metavar="M",
+    g.add_argument("--mean", type=number, nargs="+", metavar="M",
                    help="per-channel mean in [0,1] pixel units: the model gets (x - mean) / std, for nets "
                    "trained on normalised images; sigma stays in pixel units (default: the dataset's "
                    "for built-in architectures, none for a module:factory, which then gets [0,1] pixels)")
-    g.add_argument("--std", type=float, nargs="+", metavar="S",
+    g.add_argument("--std", type=number, nargs="+", metavar="S",
                    help="per-channel std in [0,1] pixel units, with --mean (default: as for --mean)")
 
 
@@ -168,17 +198,10 @@ def model_options(args: argparse.Namespace) -> Dict[str, Any]:
     return {k: getattr(args, k) for k in ARCH_FIELDS if getattr(args, k, None) is not None}
 
 
-def trainable_datasets() -> List[str]:
-    """The datasets one trains on: the published corrupted test sets (cifar10-c, ...) are certified
-    on, never trained on."""
-    from ..data import DATASETS, published_release
-
-    return [n for n in DATASETS.names() if not published_release(n)]
-
-
 def add_common_data(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data-dir", help="where datasets live or are downloaded to "
-                   "(default: $RSMOOTH_DATA, then ~/.cache/rsmooth/data)")
+    p.add_argument("--data-dir", help="the folder datasets are read from, or downloaded to when missing; "
+                   "no other folder is searched (default: $RSMOOTH_DATA, then system folders, then "
+                   "~/.cache/rsmooth/data; digits ships with scikit-learn and reads none)")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
 
 
@@ -194,10 +217,8 @@ def auto_batch_help() -> str:
 
 
 def batch_help() -> str:
-    from ..smoothing import DEFAULT_BATCH_SIZE
-
-    return (f"noisy samples per forward pass (default: {DEFAULT_BATCH_SIZE}, within ~15%% of the best on CPU for "
-            f"LeNet and ResNet-20, see BENCHMARKS.md; a GPU may want more)")
+    return (f"noisy samples per forward pass (default: {catalog.default_batch_size()}, within ~15%% of the best "
+            f"on CPU for LeNet and ResNet-20, see BENCHMARKS.md; a GPU may want more)")
 
 
 #: --n when not given (certify leaves it None, to refuse it with --sequential/--adaptive)
@@ -211,7 +232,7 @@ def add_certify_options(p: argparse.ArgumentParser, mode: str) -> None:
     p.add_argument("--n", type=integer, default=DEFAULT_N,
                    help=f"Monte Carlo samples to {'vote' if mode == 'predict' else 'estimate the bound, at least --n0'} "
                    "(default: 100000)")
-    p.add_argument("--alpha", type=float, default=0.001, help="failure probability in (0, 1) (default: 0.001)")
+    p.add_argument("--alpha", type=number, default=0.001, help="failure probability in (0, 1) (default: 0.001)")
     p.add_argument("--start", type=integer, default=0,
                    help="index of the first test example (as the CAT-RS and MACER scripts' --start; default: 0); "
                    "with --skip and --max the examples are start, start+skip, ..., at most max of them")
@@ -247,7 +268,7 @@ def add_sequential_flags(p: argparse.ArgumentParser) -> None:
                    "that bound is <= 1/2. Certificate: with probability >= 1 - alpha the radius is at most "
                    "sigma * Phi^-1(p_A), the radius of Cohen, Rosenfeld, Kolter 2019 (arXiv 1902.02918) with p_A "
                    "known exactly, whatever the stop")
-    g.add_argument("--radii", type=float, nargs="+", metavar="R",
+    g.add_argument("--radii", type=number, nargs="+", metavar="R",
                    help="with --sequential: the l2 radii to decide, in [0,1] pixel units (e.g. 0.25 0.5 0.75; "
                    "add 0 for the accuracy of the smoothed classifier; required with --sequential)")
     g.add_argument("--n-max", type=integer,
@@ -256,7 +277,7 @@ def add_sequential_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--radius-tol", type=float,
                    help="with --adaptive: l2 radius (in [0,1] pixel units) that the samples up to --n-max may "
                    "still add at the stop (default: 0.05; inf: stop at the first look)")
-    g.add_argument("--futility", type=float, metavar="BETA",
+    g.add_argument("--futility", type=number, metavar="BETA",
                    help="with --sequential or --adaptive: level of the upper bound that gives up radii (or radius "
                    "gains) its lower bound would not reach with --n-max samples; the chance of giving up one it "
                    "would reach is at most 2 * BETA. Never affects a certificate's validity (default: 0.05; below 1/e)")
@@ -264,7 +285,7 @@ def add_sequential_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_heartbeat_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--heartbeat", type=float, metavar="SECONDS",
+    p.add_argument("--heartbeat", type=number, metavar="SECONDS",
                    help="where no progress bar is drawn (a log file, a SLURM job): a progress line (done/total, "
                    "rate, samples/s, eta) every SECONDS, the first after at most 10 s; 0: none (default: "
                    "$RSMOOTH_HEARTBEAT or 60)")
@@ -287,7 +308,7 @@ def add_corruption_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--severity", metavar="S[,S...]|all",
                    help="level 1-5 (CIFAR-C); default 'all': 1-5 for CIFAR-C, the published level for "
                    "MNIST-C, which has one per corruption")
-    g.add_argument("--corruption-seed", type=integer, default=0,
+    g.add_argument("--corruption-seed", type=any_integer, default=0,
                    help="seed of generated corruptions: image i is corrupted from (seed, corruption, severity, i) "
                    "(default: 0)")
     g.add_argument("--corruption-suite", choices=["mnist-c", "cifar10-c"],
@@ -295,23 +316,40 @@ def add_corruption_flags(p: argparse.ArgumentParser) -> None:
                    "cifar10-c for colour ones)")
 
 
-def add_method_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("method hyperparameters (defaults are per method; a preset may set them)")
-    from ..engine.runconfig import method_flags
+#: the title of the group of method hyperparameter flags (:class:`MethodHelp` retitles it)
+_HPARAM_GROUP = "method hyperparameters (defaults are per method; a preset may set them)"
 
-    for flag, uses in sorted(method_flags().items()):
-        first = uses[0][1]
-        ftype = _field_type(first)
-        texts: Dict[str, List[str]] = {}  # one entry per distinct (help, default)
-        for m, f in uses:
-            texts.setdefault(f"{f.metadata.get('help', '')} (default: {f.default})", []).append(m)
-        help_text = "; ".join(f"{', '.join(ms)}: {t}" for t, ms in texts.items())
-        choices = list(dict.fromkeys(c for _, f in uses for c in f.metadata.get("choices", ())))
-        if ftype is bool:
+
+def add_method_flags(p: argparse.ArgumentParser) -> None:
+    """Every method's hyperparameter flag, each action keeping its help per method (``method_help``)."""
+    g = p.add_argument_group(_HPARAM_GROUP)
+    for flag, spec in catalog.method_flags().items():
+        if spec["type"] == "bool":
             kw: Dict[str, Any] = dict(action=argparse.BooleanOptionalAction)
         else:
-            kw = dict(type=ftype, choices=choices or None, metavar=None if choices else first.name.upper())
-        g.add_argument(flag, dest=_dest(flag), default=None, help=help_text.replace("%", "%%"), **kw)
+            kw = dict(type=_TYPES[spec["type"]], choices=spec["choices"],
+                      metavar=None if spec["choices"] else spec["field"].upper())
+        action = g.add_argument(flag, dest=_dest(flag), default=None, help=spec["help"].replace("%", "%%"), **kw)
+        action.method_help = {m: text.replace("%", "%%") for m, text in spec["own"].items()}
+
+
+class MethodHelp(argparse.Action):
+    """``-h/--help`` of a command with --method and :func:`add_method_flags`: after ``--method M``,
+    only M's hyperparameter flags, each with M's own help."""
+
+    def __init__(self, option_strings: List[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        method = getattr(namespace, "method", None)
+        for group in parser._action_groups if method else ():
+            if group.title == _HPARAM_GROUP:
+                group.title = f"--method {method}'s hyperparameters (without --method, --help lists every method's)"
+                for action in group._group_actions:
+                    action.help = action.method_help.get(method, argparse.SUPPRESS)
+        parser.print_help()
+        parser.exit()
 
 
 def method_args(args: argparse.Namespace, method: str) -> Dict[str, Any]:

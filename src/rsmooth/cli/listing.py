@@ -1,4 +1,5 @@
-"""``rsmooth list``: the registries' names (datasets, architectures, methods, presets, corruptions)."""
+"""``rsmooth list``: the registries' names (datasets, architectures, methods, presets, corruptions),
+read from :mod:`.catalog` where their modules import PyTorch."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +12,8 @@ _LIST_KINDS = ("datasets", "architectures", "methods", "presets", "corruptions")
 def add_parser(sub: argparse._SubParsersAction) -> None:
     ls = sub.add_parser("list", help="list datasets, architectures, methods, presets and corruptions",
                         description="Without KIND: every kind, wrapped. With KIND: one per line "
-                        "(presets with the paper table they reproduce).")
+                        "(presets with the paper table they reproduce; '(denoiser)' marks the architectures "
+                        "of denoised smoothing's denoisers).")
     ls.add_argument("kind", nargs="?", choices=_LIST_KINDS, help="what to list")
     ls.set_defaults(func=run)
 
@@ -22,13 +24,12 @@ def _wrapped(title: str, names: List[str], indent: str = "  ") -> str:
 
 
 def run(args: argparse.Namespace) -> None:
-    from ..data import DATASETS
-    from ..methods import METHODS
-    from ..models import arch_names
     from ..presets import PRESETS, get_preset
+    from . import catalog
 
-    names = {kind: [n for n in names if not n.startswith("_")]  # "_name": private (tests)
-             for kind, names in zip(_LIST_KINDS, (DATASETS.names(), arch_names(), METHODS.names(), PRESETS.names()))}
+    archs = catalog.architectures() + [f"{name} (denoiser)" for name in catalog.denoisers()]  # all train's --arch takes
+    names = dict(zip(_LIST_KINDS, (catalog.datasets(), archs, catalog.methods(),
+                                   [n for n in PRESETS.names() if not n.startswith("_")])))
     if args.kind == "presets":
         width = max(map(len, names["presets"]))
         for name in names["presets"]:
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> None:
 def _corruption_listing() -> str:
     """Each suite's corruptions (levels, benchmark membership) and the published corrupted datasets."""
     from ..corruptions import BENCHMARK, HELD_OUT, SUITES
-    from ..data import DATASETS, published_release
+    from . import catalog
 
     lines = []
     for suite in SUITES.values():
@@ -69,9 +70,10 @@ def _corruption_listing() -> str:
             levels = (f"severities {c.severities[0]}-{c.severities[-1]}" if c.severities else "no levels")
             default = f", default {c.default}" if c.default is not None else ""
             lines.append(f"  {c.name:<18} {where:<9} {levels}{default}")
-    for name in DATASETS.names():
-        cls = published_release(name)
-        if cls:
-            levels = f"severities {cls.severities[0]}-{cls.severities[-1]}" if cls.severities else "one level each"
-            lines.append(f"published {name} ({levels}): {', '.join(cls.published_corruptions)}")
+    for name in catalog.datasets():
+        release = catalog.published(name)
+        if release:
+            levels = (f"severities {release['severities'][0]}-{release['severities'][-1]}" if release["severities"]
+                      else "one level each")
+            lines.append(f"published {name} ({levels}): {', '.join(release['corruptions'])}")
     return "\n".join(lines)

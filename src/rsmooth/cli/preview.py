@@ -8,13 +8,13 @@ from .flags import add_corruption_flags, integer
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from ..data import DATASETS, DEFAULT_DATASET
+    from .catalog import datasets, default_dataset
 
     pv = sub.add_parser("preview-corruptions", help="a PNG grid of corrupted test images",
                         description="Look at corruptions before certifying on them: the first --examples test "
                         "images, clean (for generated corruptions) and under each (corruption, severity), "
                         "as 'rsmooth certify' would see them (same --corruption-seed).")
-    pv.add_argument("--dataset", default=DEFAULT_DATASET, choices=DATASETS.names(), help=f"default: {DEFAULT_DATASET}")
+    pv.add_argument("--dataset", default=default_dataset(), choices=datasets(), help=f"default: {default_dataset()}")
     pv.add_argument("--out", required=True, help="image file: .png, .pdf or .svg")
     pv.add_argument("--examples", type=integer, default=4, help="test images, one per row (default: 4)")
     pv.add_argument("--start", type=integer, default=0, help="index of the first test image (default: 0)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import RsmoothError
-from .flags import UNITS, add_common_data, integer
+from .flags import UNITS, add_common_data, integer, number
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     rp.add_argument("--seeds", type=integer, help="train every row with seeds 0..N-1 and show mean +- std "
                     "(default: as many as the published values are over: 5 for catrs:table12, else 1)")
     rp.add_argument("--methods", nargs="+", metavar="METHOD", help="only the rows of these methods (default: all)")
-    rp.add_argument("--sigmas", type=float, nargs="+", metavar="SIGMA",
+    rp.add_argument("--sigmas", type=number, nargs="+", metavar="SIGMA",
                     help="only the rows of these noise levels, [0,1] pixel units (default: all)")
     rp.add_argument("--jobs", type=integer, default=1,
                     help="run up to K independent steps at once, each in its own process with its log in "
@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "cluster job each), and run nothing; then --collect writes the table")
     rp.add_argument("--collect", action="store_true", help="write the table from the runs done, running nothing")
     add_common_data(rp)
-    rp.set_defaults(func=run)
+    rp.set_defaults(func=run, rerun_hint=" to continue (finished steps are kept)")
 
 
 def run(args: argparse.Namespace) -> None:

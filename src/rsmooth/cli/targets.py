@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 
 from .flags import (TRUST_PICKLE, UNITS, add_arch_flags, add_common_data, add_foreign_flags, add_heartbeat_flag,
-                    add_trust_code_flag, batch_help, integer, model_options, trainable_datasets)
+                    add_trust_code_flag, any_integer, batch_help, integer, model_options,
+                    number, trainable_datasets)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     tg.add_argument("--dataset", choices=trainable_datasets(), help="default: the checkpoint's")
     tg.add_argument("--num-samples", type=integer, default=10_000,
                     help="noises per image (default: 10000 as the papers; theirs on ImageNet: 500)")
-    tg.add_argument("--sigma", type=float, help="noise level, [0,1] pixel units (default: the checkpoint's)")
+    tg.add_argument("--sigma", type=number, help="noise level, [0,1] pixel units (default: the checkpoint's)")
     tg.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE)
     add_trust_code_flag(tg)
     tg.add_argument("--augment", action=argparse.BooleanOptionalAction, default=True,
@@ -25,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     tg.add_argument("--batch-size", type=integer, help=batch_help())
     tg.add_argument("--train-subset", type=integer, metavar="N",
                     help="targets of the N training examples 'rsmooth train --train-subset N' uses (default: all)")
-    tg.add_argument("--seed", type=int, default=0, help="seed of the noise and augmentation (default: 0)")
+    tg.add_argument("--seed", type=any_integer, default=0, help="seed of the noise and augmentation (default: 0)")
     tg.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="see 'certify --help' (default: fp32)")
     tg.add_argument("--channels-last", action="store_true", help="channels-last memory format")
     tg.add_argument("--out", required=True, help="output .npy file")
@@ -39,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_common_data(tg)
     add_foreign_flags(tg)
     add_heartbeat_flag(tg)
-    tg.set_defaults(func=run)
+    tg.set_defaults(func=run, rerun_hint=" (without --overwrite) to continue")
 
 
 def run(args: argparse.Namespace) -> None:

@@ -6,8 +6,8 @@ import argparse
 from typing import Any, Dict
 
 from ..errors import RsmoothError
-from .flags import (ARCH_FIELDS, UNITS, add_arch_flags, add_common_data, add_foreign_flags, add_method_flags,
-                    add_trust_code_flag, integer, method_args, trainable_datasets)
+from .flags import (ARCH_FIELDS, UNITS, MethodHelp, add_arch_flags, add_common_data, add_foreign_flags, add_method_flags,
+                    add_trust_code_flag, any_integer, integer, method_args, number, trainable_datasets)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -15,12 +15,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Train a base classifier for randomized smoothing. Writes "
                        "OUT/checkpoint.pt after every epoch and on SIGTERM/Ctrl-C (atomically; within epochs too with "
                        "--checkpoint-every), OUT/config.json and "
-                       "OUT/train.log. " + UNITS)
+                       "OUT/train.log. " + UNITS, add_help=False)
+    t.add_argument("-h", "--help", action=MethodHelp, help="show this help message and exit (after --method M: "
+                   "only M's hyperparameters)")
     _add_settings(t)
     _add_schedule(t)
     _add_data_flags(t)
     _add_denoiser_flags(t)
-    t.add_argument("--workers", type=int,
+    t.add_argument("--workers", type=integer,
                    help="data-loading worker processes (default: 0); on CUDA they prefetch into pinned "
                    "memory. Batches are the same with any number (each is seeded by seed, epoch, step)")
     _add_fast_and_distributed(t)
@@ -30,22 +32,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_common_data(t)
     add_method_flags(t)
     add_foreign_flags(t)
-    t.set_defaults(func=run)
+    t.set_defaults(func=run, rerun_hint=" with --resume to continue from the last saved step")
 
 
 def _add_settings(t: argparse.ArgumentParser) -> None:
-    from ..data import DEFAULT_DATASET
-    from ..methods import METHODS
+    from .catalog import default_dataset, methods
 
     t.add_argument("--preset", help="start from a paper's settings, e.g. fashion-mnist/gaussian/0.25 "
                    "('rsmooth list' shows them); flags given here override it")
     t.add_argument("--config", metavar="FILE", help="JSON or YAML file of settings (TrainConfig fields, "
                    "method hyperparameters under hparams), e.g. a run's config.json or 'rsmooth show-preset "
-                   "NAME --format yaml'; it overrides --preset, flags given here override it")
+                   "NAME --format yaml'; it overrides --preset, flags given here override it; a module:factory arch in it "
+                   "needs --arch or --trust-code, as in a checkpoint")
     t.add_argument("--dataset", choices=trainable_datasets(),
-                   help=f"training data (default: {DEFAULT_DATASET}, built in, no download)")
-    t.add_argument("--method", choices=METHODS.names(), help="training method (default: gaussian)")
-    t.add_argument("--sigma", type=float,
+                   help=f"training data (default: {default_dataset()}, built in, no download)")
+    t.add_argument("--method", choices=methods(), help="training method (default: gaussian)")
+    t.add_argument("--sigma", type=number,
                    help="training noise level, std in [0,1] pixel units (default: 0.25); --method standard "
                    "adds no noise and records sigma only as certify's default smoothing level")
 
@@ -55,23 +57,23 @@ def _add_schedule(t: argparse.ArgumentParser) -> None:
                    "presets: 90 MNIST family and ImageNet, 150 CIFAR, 30 digits; a LeNet epoch on 2 CPU cores "
                    "takes minutes)")
     t.add_argument("--batch-size", type=integer, help="images per loader batch (default: 256)")
-    t.add_argument("--lr", type=float, help="initial learning rate (default: 0.01 MNIST family, 0.1 CIFAR/ImageNet, 0.05 digits)")
-    t.add_argument("--momentum", type=float, help="SGD momentum (default: 0.9)")
-    t.add_argument("--weight-decay", type=float, help="SGD weight decay (default: 1e-4)")
+    t.add_argument("--lr", type=number, help="initial learning rate (default: 0.01 MNIST family, 0.1 CIFAR/ImageNet, 0.05 digits)")
+    t.add_argument("--momentum", type=number, help="SGD momentum (default: 0.9)")
+    t.add_argument("--weight-decay", type=number, help="SGD weight decay (default: 1e-4)")
     t.add_argument("--nesterov", action=argparse.BooleanOptionalAction, default=None,
                    help="Nesterov momentum (SmoothMix's setting; default: off)")
     t.add_argument("--lr-step", type=integer,
                    help="multiply the lr by --lr-gamma every this many epochs (default: 30 MNIST family and ImageNet, "
                    "50 CIFAR, 20 digits)")
     t.add_argument("--milestones", type=integer, nargs="+", help="multistep schedule: epochs at which the lr drops")
-    t.add_argument("--lr-gamma", type=float, help="lr decay factor (default: 0.1)")
+    t.add_argument("--lr-gamma", type=number, help="lr decay factor (default: 0.1)")
     t.add_argument("--lr-timing", choices=["catrs", "cohen"],
                    help="catrs (default): the lr drops after epoch lr-step+1 as in the Jeong-family "
                    "scripts behind the CAT-RS tables; cohen: one epoch earlier, as in Cohen et al.'s code")
 
 
 def _add_data_flags(t: argparse.ArgumentParser) -> None:
-    t.add_argument("--seed", type=int, help="seed of every random stream of the run (default: 0)")
+    t.add_argument("--seed", type=any_integer, help="seed of every random stream of the run (default: 0)")
     t.add_argument("--targets", help="per-example consistency targets file from 'rsmooth targets' (CAT-RS)")
     t.add_argument("--train-subset", type=integer, metavar="N",
                    help="train on N training examples (the same N for every run and seed; default: all); "
@@ -148,13 +150,14 @@ def train_config_from_args(args: argparse.Namespace):
     With --resume on a run folder: its recorded config with those fields, which must agree with
     it (TrainConfig.from_run); else a new config whose unset fields keep their defaults."""
     from ..engine import TrainConfig
-    from ..engine.runconfig import config_fields, read_config_file, recorded_fields, recorded_file
+    from ..engine.runconfig import read_config_fields, recorded_fields, recorded_file
     from ..presets import get_preset
 
     preset = get_preset(args.preset) if args.preset else None
     layers = [preset.train_config()] if preset else []
     if args.config:
-        layers.append(config_fields(read_config_file(args.config), TrainConfig, args.config))
+        named = args.trust_code or args.arch is not None  # --arch replaces the file's
+        layers.append(read_config_fields(args.config, TrainConfig, trust_code=named))
     layers.append({k: getattr(args, k) for k in _TRAIN_FIELDS if getattr(args, k) is not None})
     if args.workers is not None:
         layers[-1]["num_workers"] = args.workers
@@ -180,6 +183,11 @@ def run(args: argparse.Namespace) -> None:
 
     if args.resume and world().main and recorded_file(args.out) is None:
         print(f"{args.out} holds no run yet: starting it")
-    result = train(train_config_from_args(args), args.out, resume=args.resume, trust_code=args.trust_code)
+    config = train_config_from_args(args)
+    if args.arch and ":" in args.arch:  # typed here: the current folder is searched too (rsmooth.imports)
+        from ..models import resolve_arch
+
+        resolve_arch(args.arch, search_cwd=True)
+    result = train(config, args.out, resume=args.resume, trust_code=args.trust_code)
     if world().main:
         print(f"checkpoint: {result.checkpoint}{world().note}")

@@ -33,6 +33,7 @@ __all__ = [
     "published_release",
     "check_fingerprint",
     "search_roots",
+    "data_dir_given",
     "cache_root",
     "download_root",
 ]
@@ -44,7 +45,7 @@ Indices = Union[torch.Tensor, Sequence[int], np.ndarray]
 DEFAULT_DATASET = "digits"
 #: The two splits every dataset has (ImageNet's "test" is its validation set).
 SPLITS = ("train", "test")
-#: Environment variable naming a data root, searched after the ``data_dir`` argument.
+#: Environment variable naming a data root, searched when no ``data_dir`` argument is given.
 ENV_DATA_DIR = "RSMOOTH_DATA"
 #: Fields of a fingerprint, in the order :func:`check_fingerprint` compares them
 #: (``corruption`` only where one side has it: a corrupted test set).
@@ -95,15 +96,19 @@ def published_release(name: str) -> Optional[Type["Dataset"]]:
 # ----------------------------------------------------------------------------- roots
 
 
+def data_dir_given(data_dir: Optional[PathLike]) -> bool:
+    """Whether the user named a data folder: then readers search it alone (a folder named
+    explicitly is never replaced by another: its data are found there, downloaded there, or
+    refused); else ``$RSMOOTH_DATA``, system folders and the download cache, in that order."""
+    return data_dir is not None and str(data_dir) != ""
+
+
 def search_roots(data_dir: Optional[PathLike] = None) -> List[Path]:
-    """Data roots given by the user, in search order: ``data_dir``, ``$RSMOOTH_DATA``."""
-    roots: List[Path] = []
-    if data_dir is not None and str(data_dir) != "":
-        roots.append(Path(data_dir).expanduser())
+    """The data root given by the user: ``data_dir`` when given, else ``$RSMOOTH_DATA`` when set."""
+    if data_dir_given(data_dir):
+        return [Path(data_dir).expanduser()]
     env = os.environ.get(ENV_DATA_DIR)
-    if env:
-        roots.append(Path(env).expanduser())
-    return roots
+    return [Path(env).expanduser()] if env else []
 
 
 def cache_root() -> Path:
@@ -114,8 +119,7 @@ def cache_root() -> Path:
 
 def download_root(data_dir: Optional[PathLike] = None) -> Path:
     """Where downloads go: ``data_dir``, else ``$RSMOOTH_DATA``, else :func:`cache_root`."""
-    roots = search_roots(data_dir)
-    return roots[0] if roots else cache_root()
+    return (search_roots(data_dir) + [cache_root()])[0]
 
 
 def dataset_dirs(
@@ -123,18 +127,16 @@ def dataset_dirs(
 ) -> List[Path]:
     """Folders to search for dataset ``name``, in order, without duplicates.
 
-    ``<data_dir>/<name>``, ``<$RSMOOTH_DATA>/<name>``, then ``extra`` (system folders such
-    as Debian's), then ``<cache_root>/<name>``; after each ``<root>/<name>``, ``<root>/<alias>``
-    for each of ``aliases`` (where other tools keep the dataset, e.g. torchvision's ``MNIST/raw``).
+    ``<data_dir>/<name>`` alone when ``data_dir`` is given; else ``<$RSMOOTH_DATA>/<name>``,
+    ``extra`` (system folders such as Debian's), then ``<cache_root>/<name>``
+    (:func:`data_dir_given`).  After each ``<root>/<name>``, ``<root>/<alias>`` for each of
+    ``aliases`` (where other tools keep the dataset, e.g. torchvision's ``MNIST/raw``).
     """
     subs = (name, *aliases)
-    dirs = [root / sub for root in search_roots(data_dir) for sub in subs] + list(extra)
-    dirs += [cache_root() / sub for sub in subs]
-    out: List[Path] = []
-    for d in dirs:
-        if d not in out:
-            out.append(d)
-    return out
+    dirs = [root / sub for root in search_roots(data_dir) for sub in subs]
+    if not data_dir_given(data_dir):
+        dirs += [*extra, *(cache_root() / sub for sub in subs)]
+    return list(dict.fromkeys(dirs))
 
 
 # ----------------------------------------------------------------------------- datasets

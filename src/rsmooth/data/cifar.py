@@ -17,8 +17,9 @@ A dataset is found in ``<root>/cifar10/`` (``<root>/cifar100/``) or in ``<root>`
 (where torchvision's ``root`` puts it), as an archive (``cifar-10-binary.tar.gz``,
 ``cifar-10-python.tar.gz``: read in place, nothing is extracted; its published MD5 is checked)
 or its extracted folder, binary before python (an extracted python batch is checked against the
-MD5 torchvision verifies).  Search order: ``data_dir``, ``$RSMOOTH_DATA``, the download cache
-(``~/.cache/rsmooth/data``); then the binary archive is downloaded and its published MD5 verified.
+MD5 torchvision verifies).  Search order: ``data_dir`` alone when given, else ``$RSMOOTH_DATA``, the
+download cache (``~/.cache/rsmooth/data``); then the binary archive is downloaded into the first of
+them and its published MD5 verified.
 Training augmentation: random crop 32 with zero padding 4 + horizontal flip (p = 0.5),
 batched, from the caller's generator.
 Normalisation constants (in the model, not the data) are those of the public checkpoints.
@@ -47,6 +48,7 @@ from .base import (
     InMemoryDataset,
     PathLike,
     cache_root,
+    data_dir_given,
     download_root,
     search_roots,
 )
@@ -273,8 +275,9 @@ class _Cifar(InMemoryDataset):
 
     @staticmethod
     def _roots(data_dir: Optional[PathLike]) -> List[Path]:
-        """``data_dir``, ``$RSMOOTH_DATA``, the download cache (each may hold torchvision's folders)."""
-        return list(dict.fromkeys(search_roots(data_dir) + [cache_root()]))
+        """``data_dir`` alone when given, else ``$RSMOOTH_DATA`` and the download cache (each may hold
+        torchvision's folders)."""
+        return list(dict.fromkeys(search_roots(data_dir) + ([] if data_dir_given(data_dir) else [cache_root()])))
 
     @classmethod
     def _places(cls, data_dir: Optional[PathLike]) -> List[Path]:

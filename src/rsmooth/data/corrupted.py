@@ -15,7 +15,8 @@ clean example ``i``, with its label.  Models and normalisation are the clean dat
 
 A dataset is found in ``<root>/<name>/`` (``<root>/cifar10-c/``) or in ``<root>`` itself, as the
 archive (``CIFAR-10-C.tar``, ``CIFAR-100-C.tar``, ``mnist_c.zip``) or its extracted folder
-(``CIFAR-10-C/``, ``mnist_c/``).  Roots: ``data_dir``, ``$RSMOOTH_DATA``, the download cache;
+(``CIFAR-10-C/``, ``mnist_c/``).  Roots: ``data_dir`` alone when given, else ``$RSMOOTH_DATA``, the
+download cache;
 then the archive is downloaded from its Zenodo record and its published MD5 verified.  A tar is
 read in place: only the rows asked for are mapped from the member's bytes, nothing is extracted.
 Each CIFAR file read is checked against its published MD5 and a local archive of MNIST-C against
@@ -299,9 +300,10 @@ class _Corrupted(InMemoryDataset):
 
     @classmethod
     def _places(cls, data_dir: Optional[PathLike]) -> List[Path]:
-        """``<root>/<name>`` and ``<root>`` for each data root, then the download cache's ``<name>``."""
+        """``<root>/<name>`` and ``<root>`` for each data root, then (without ``data_dir``) the download
+        cache's ``<name>``."""
         places = [p for root in search_roots(data_dir) for p in (root / cls.info.name, root)]
-        return list(dict.fromkeys(places + dataset_dirs(cls.info.name)))
+        return list(dict.fromkeys(places + dataset_dirs(cls.info.name, data_dir)))
 
     @classmethod
     def _locate(cls, split: str, corruption: str, data_dir: Optional[PathLike], download: bool

@@ -14,13 +14,15 @@ from __future__ import annotations
 import base64
 import gzip
 import importlib.util
+import warnings
 from pathlib import Path
 from typing import Optional, Tuple
 
 import numpy as np
 import torch
 
-from .base import DATASETS, DatasetInfo, InMemoryDataset, PathLike
+from ..errors import setting
+from .base import DATASETS, DatasetInfo, InMemoryDataset, PathLike, data_dir_given
 
 __all__ = ["Digits", "TEST_SIZE", "SPLIT_SEED", "TEST_MASK"]
 
@@ -75,7 +77,11 @@ class Digits(InMemoryDataset):
 
     @classmethod
     def load(cls, split: str, data_dir: Optional[PathLike] = None, download: bool = True) -> "Digits":
-        """``data_dir`` and ``download`` are ignored: the data ship with scikit-learn."""
+        """The data ship with scikit-learn: ``download`` is ignored, and a ``data_dir`` given is not
+        read (a warning says so)."""
+        if data_dir_given(data_dir):
+            warnings.warn(f"digits ships with scikit-learn and is read from its copy; "
+                          f"{setting('data_dir', str(data_dir))} is not used", stacklevel=2)
         images, labels = _images_and_labels()
         images = np.asarray(images, dtype=np.float32)
         idx = _split_indices(split)

@@ -2,8 +2,8 @@
 
 Layout: ``<root>/imagenet/train/<wnid>/*.JPEG`` and ``<root>/imagenet/val/<wnid>/*.JPEG``
 (``root`` may also be the folder that holds ``train/`` and ``val/``); the "test" split
-is ``val/``.  Search order: ``data_dir``, ``$RSMOOTH_DATA``, ``$IMAGENET_DIR`` (the variable of
-Cohen et al.'s code: the folder holding ``train/`` and ``val/``), the download cache.  Classes
+is ``val/``.  Search order: ``data_dir`` (alone when given), else ``$RSMOOTH_DATA``, ``$IMAGENET_DIR``
+(the variable of Cohen et al.'s code: the folder holding ``train/`` and ``val/``), the download cache.  Classes
 are the sorted folder names, images sorted by file name within a class.  ImageNet cannot be
 downloaded automatically.
 
@@ -21,8 +21,9 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from ..errors import RsmoothError, check
-from .base import ENV_DATA_DIR, DATASETS, DatasetInfo, Dataset, Indices, PathLike, cache_root, search_roots
+from ..errors import RsmoothError, check, setting
+from .base import (ENV_DATA_DIR, DATASETS, DatasetInfo, Dataset, Indices, PathLike, cache_root, data_dir_given,
+                   search_roots)
 from .transforms import (
     center_crop,
     pil_to_uint8,
@@ -89,13 +90,13 @@ class ImageNet(Dataset):
     @classmethod
     def places(cls, data_dir: Optional[PathLike] = None) -> List[Path]:
         """Candidate folders for ``train/`` and ``val/``, in search order: ``<root>/imagenet``
-        and ``<root>`` for ``data_dir`` and ``$RSMOOTH_DATA``, ``$IMAGENET_DIR``, the cache's
-        ``imagenet`` folder."""
+        and ``<root>`` for ``data_dir`` (alone when given), else ``$RSMOOTH_DATA``, ``$IMAGENET_DIR``,
+        the cache's ``imagenet`` folder."""
         places = [p for root in search_roots(data_dir) for p in (root / "imagenet", root)]
         env = os.environ.get(ENV_IMAGENET_DIR)
-        if env:
-            places.append(Path(env).expanduser())
-        places.append(cache_root() / "imagenet")
+        if not data_dir_given(data_dir):
+            places += [Path(env).expanduser()] if env else []
+            places.append(cache_root() / "imagenet")
         return list(dict.fromkeys(places))
 
     @classmethod
@@ -105,9 +106,9 @@ class ImageNet(Dataset):
         for candidate in searched:
             if any((candidate / f).is_dir() for f in SPLIT_FOLDERS.values()):
                 return candidate
-        given = {"data_dir": data_dir, "$" + ENV_DATA_DIR: os.environ.get(ENV_DATA_DIR),
+        given = {setting("data_dir"): data_dir, "$" + ENV_DATA_DIR: os.environ.get(ENV_DATA_DIR),
                  "$" + ENV_IMAGENET_DIR: os.environ.get(ENV_IMAGENET_DIR)}
-        unset = [name for name, value in given.items() if not value]
+        unset = [] if data_dir_given(data_dir) else [name for name, value in given.items() if not value]
         note = f"; {', '.join(unset)} not set" if unset else ""
         raise RsmoothError(f"ImageNet not found (looked in {', '.join(map(str, searched))}{note}); {_LAYOUT_HELP}")
 

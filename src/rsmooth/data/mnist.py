@@ -7,10 +7,11 @@ Both datasets use the *same file names*, so each lives in its own folder,
 each gzipped (``.gz``) or not.
 
 Search order: ``<data_dir>/<name>/`` and torchvision's ``<data_dir>/MNIST/raw/``
-(``FashionMNIST/raw/``), the same in ``$RSMOOTH_DATA``, for Fashion-MNIST Debian's
-``/usr/share/datasets/fashion-mnist/`` (package ``dataset-fashion-mnist``), then the same two
-in the download cache; if the files are still missing they are downloaded from the
-official mirrors, verifying the published MD5 of each ``.gz`` file.
+(``FashionMNIST/raw/``) alone when ``data_dir`` is given; else the same in ``$RSMOOTH_DATA``, for
+Fashion-MNIST Debian's ``/usr/share/datasets/fashion-mnist/`` (package ``dataset-fashion-mnist``),
+then the same two in the download cache.  If the files are still missing they are downloaded from
+the official mirrors into the first root (``data_dir``, ``$RSMOOTH_DATA``, the cache), verifying
+the published MD5 of each ``.gz`` file.
 
 Local files are checked against the MD5 of the *decompressed* official files (Debian
 re-compresses the ``.gz`` files, so their own MD5s differ from the published ones):

@@ -23,10 +23,12 @@ A callback is any object with some of these methods (each optional; only rank 0 
 """
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 from ..errors import RsmoothError
+from ..fileio import make_folder_nofollow
 
 EVENTS = ("on_train_begin", "on_step", "on_epoch_end", "on_checkpoint", "on_train_end")
 
@@ -69,7 +71,10 @@ class TensorBoardLogger:
     def on_train_begin(self, info: Dict[str, Any]) -> None:
         # purge_step: a resumed run hides the steps the stopped one logged after its checkpoint
         done = int(info.get("global_step", 0))
-        self.writer = self._writer_cls(str(self.log_dir), purge_step=done + 1 if done else None)
+        # never through a link: the folder is refused, and a random suffix gives the events file a
+        # name nobody can plant a link at in advance (tensorboard opens it anew at every flush)
+        self.writer = self._writer_cls(str(make_folder_nofollow(self.log_dir)), purge_step=done + 1 if done else None,
+                                       filename_suffix="." + secrets.token_hex(8))
         if not done:
             self.writer.add_text("config", "```\n" + _json(info.get("config")) + "\n```", 0)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 
-from ..errors import RsmoothError, check
+from ..errors import RsmoothError, check, setting, spelled
 from ..fileio import atomic_write_bytes, remove_stale_temps, run_lock
 from ..metrics import (CertifyWriter, acr, certified_accuracy, read_certify_tsv, read_sidecar, sidecar_path,
                        write_sidecar)
@@ -107,6 +107,7 @@ class CertifyJob:
     heartbeat: Optional[float] = None  # seconds between progress lines where no bar is drawn
     diffusion: Optional[str] = None  # a diffusion denoiser in front of the model (engine/diffusion.py)
     diffusion_steps: int = 1  # its reverse steps from t* (1: one-shot)
+    diffusion_other_dataset: bool = False  # use a DDPM file that records another dataset
 
     def __post_init__(self) -> None:
         for key, value in {**self._checked_sampling(), **self._checked_run()}.items():
@@ -129,8 +130,9 @@ class CertifyJob:
             check(self.radii is not None, "sequential certification needs the radii to decide: --radii 0.25 0.5 0.75")
             v["radii"] = sorted(set(validate_radii(self.radii)))
         else:
-            check(self.radii is None,
-                  "--radii goes with --sequential (the radii to decide); drop it or add --sequential")
+            sequential_mode = spelled("--sequential", "mode='sequential'")
+            check(self.radii is None, f"{setting('radii')} goes with {sequential_mode} (the radii to decide); "
+                                      f"drop it or pass {sequential_mode}")
         if sequential:
             n_max = v["n_max"] = validate_count("n_max", self.n_max)
             n0 = v["n0"]
@@ -211,6 +213,7 @@ def run_certification(
     heartbeat: Optional[float] = None,
     diffusion: Optional[str] = None,
     diffusion_steps: int = 1,
+    diffusion_other_dataset: bool = False,
 ) -> Path:
     """Certify (or predict) the ``split`` examples ``start, start+skip, ...``, at most ``max``.
 
@@ -252,9 +255,22 @@ def run_certification(
     ``diffusion`` (a diffusers folder or cached hub id, rsmooth's DDPM file, or a
     ``package.module:factory``) certifies the checkpoint's classifier behind a diffusion denoiser
     run ``diffusion_steps`` reverse steps from the timestep matching sigma
-    (:mod:`rsmooth.models.diffusion`, :mod:`rsmooth.engine.diffusion`).
+    (:mod:`rsmooth.models.diffusion`, :mod:`rsmooth.engine.diffusion`); a DDPM file that records
+    another dataset than the one certified is refused unless ``diffusion_other_dataset``.
 
     The keywords are the fields of :class:`CertifyJob`: this is ``CertifyJob(...).run()``.
+
+    Returns:
+        the path of the TSV written (``out``).
+
+    Example:
+        ```python
+        from rsmooth.engine import run_certification
+
+        tsv = run_certification("runs/digits025", "runs/digits025/certify.tsv", n=10_000, skip=4)
+        seq = run_certification("runs/digits025", "seq.tsv", mode="sequential", radii=[0.25, 0.5])
+        print(rsmooth.analyze([tsv]))
+        ```
     """
     return CertifyJob(**locals()).run()  # locals(): exactly the arguments, at the first line
 
@@ -334,8 +350,7 @@ def resolve(job: CertifyJob) -> Resolved:
         _warn_small_n(job.n, job.alpha, sigma, log)
     elif job.sequential:
         _warn_small_n_max(job.n_max, job.alpha, sigma, job.radii, log)
-    model, diffusion = with_diffusion(loaded.model, job, sigma)
-    model = model.to(dev)
+    model, diffusion = with_diffusion(loaded.model.to(dev), job, sigma, loaded.dataset)
     data = get_dataset(loaded.dataset, job.split, data_dir=job.data_dir, corruption=job.corruption,
                        severity=job.severity, corruption_seed=job.corruption_seed,
                        corruption_suite=job.corruption_suite)
@@ -544,7 +559,7 @@ def _finished(out: Path, meta: dict) -> bool:
 def _other_run(out: Path, old: dict, meta: dict, key: str) -> RsmoothError:
     """The error for an ``out`` that holds a run whose ``key`` differs from this one's."""
     return RsmoothError(f"{out} holds a run with {key}={old.get(key)!r}, not {meta.get(key)!r}; "
-                        f"pass --overwrite to replace it or choose another --out")
+                        f"pass {setting('overwrite', True)} to replace it or choose another {setting('out')}")
 
 
 def _certify_into(r: Resolved, out_path: Path, indices: List[int], meta: dict,
@@ -611,7 +626,7 @@ def _start_sidecar(out_path: Path, meta: dict, overwrite: bool) -> bool:
         old = read_sidecar(out_path)
         if old is None:
             raise RsmoothError(f"{out_path} exists without its metadata {sidecar_path(out_path)}; "
-                               f"pass --overwrite to replace it or choose another --out")
+                               f"pass {setting('overwrite', True)} to replace it or choose another {setting('out')}")
         diff = identity_diff(old, meta) + (["shard"] if old.get("shard") != meta.get("shard") else [])
         if diff:
             raise _other_run(out_path, old, meta, diff[0])
@@ -629,7 +644,7 @@ def _check_out(out: str, checkpoint: Path, overwrite: bool) -> None:
         with open(path, "rb") as f:
             first = f.read(len(TSV_HEADER) + 2).decode("utf-8", "replace").splitlines()[:1]
         check(first == [TSV_HEADER], f"--out {out} exists and is not a certify TSV; --overwrite replaces only "
-                                     f"certify results: choose another --out or delete the file yourself")
+                                     f"certify results: choose another {setting('out')} or delete the file yourself")
 
 
 def _warn_small_n(n: int, alpha: float, sigma: float, log: Callable[[str], None]) -> None:

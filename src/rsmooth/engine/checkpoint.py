@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import os
-import re
 import subprocess
 import warnings
+from collections import abc
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -26,8 +27,9 @@ import torch
 from torch import nn
 
 from .. import __version__
-from ..errors import RsmoothError, check
+from ..errors import RsmoothError, check, first_line, unpickle_refusal
 from ..fileio import atomic_write
+from ..jsondata import check_bounded
 from ..trust import UntrustedCode, check_arch_kwargs, check_recorded_arch
 
 FORMAT = "rsmooth-checkpoint"
@@ -90,19 +92,59 @@ def resolve_checkpoint_path(path: Union[str, Path]) -> Path:
 
 
 def state_digest(state: Mapping[str, torch.Tensor]) -> str:
-    """Hex sha256 of a state_dict: every key (sorted) with its dtype, shape and raw bytes.
-
-    Stored in rsmooth's checkpoints and checked on load, because ``torch.load`` does not verify
-    the zip's CRCs: a flipped bit inside a tensor would otherwise load silently.
-    """
-    import hashlib
-
+    """Hex sha256 of a state_dict: every key (sorted) with its dtype, shape and raw bytes: what
+    older rsmooth checkpoints record as ``state_sha256`` (newer ones: :func:`checkpoint_digest`)."""
     h = hashlib.sha256()
     for key in sorted(state):
-        t = state[key].detach().cpu().contiguous()
-        h.update(f"{key}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy())
+        h.update(f"{key}\0".encode())
+        _feed_tensor(h, state[key])
     return h.hexdigest()
+
+
+#: the key of an rsmooth checkpoint's sha256 of all it holds (:func:`checkpoint_digest`)
+DIGEST_KEY = "checkpoint_sha256"
+
+
+def checkpoint_digest(obj: Mapping[Any, Any]) -> str:
+    """Hex sha256 of a checkpoint dict: every entry but the digests (:data:`DIGEST_KEY`, the older
+    ``state_sha256``), walked in one order (mappings by sorted key, tensors as dtype, shape and raw
+    bytes, other values by type and exact value).  Stored in rsmooth's checkpoints and checked on
+    load, because ``torch.load`` does not verify the zip's CRCs: a flipped bit in the weights, the
+    optimiser's state, the random state or the config would otherwise load silently."""
+    h = hashlib.sha256()
+    _feed(h, {k: v for k, v in obj.items() if k not in (DIGEST_KEY, "state_sha256")})
+    return h.hexdigest()
+
+
+def seal(obj: Mapping[str, Any]) -> Dict[str, Any]:
+    """``obj`` with its :func:`checkpoint_digest` under :data:`DIGEST_KEY`: what a training run saves."""
+    return {**obj, DIGEST_KEY: checkpoint_digest(obj)}
+
+
+def _feed_tensor(h: Any, t: torch.Tensor) -> None:
+    t = t.detach().cpu().contiguous()
+    h.update(f"{t.dtype}\0{tuple(t.shape)}\0".encode())
+    h.update(t.reshape(-1).view(torch.uint8).numpy())
+
+
+def _feed(h: Any, value: Any) -> None:
+    """Add ``value`` to sha256 ``h`` unambiguously (its bounds checked first: :mod:`rsmooth.jsondata`)."""
+    if isinstance(value, torch.Tensor):
+        h.update(b"T")
+        _feed_tensor(h, value)
+    elif isinstance(value, float):
+        h.update(f"F{value.hex()}\0".encode())
+    elif isinstance(value, (dict, abc.Mapping)):
+        h.update(f"D{len(value)}\0".encode())
+        for key in sorted(value, key=lambda k: (type(k).__name__, str(k))):
+            _feed(h, key)
+            _feed(h, value[key])
+    elif isinstance(value, (list, tuple)):
+        h.update(f"L{len(value)}\0".encode())
+        for item in value:
+            _feed(h, item)
+    else:  # None, bool, int, str; anything else by its type and repr
+        h.update(f"{type(value).__name__}:{value!r}\0".encode())
 
 
 #: the globals public checkpoints pickle besides tensors that are safe to rebuild: the training
@@ -117,18 +159,66 @@ def read_checkpoint(path: Union[str, Path], *, trust_pickle: bool = False) -> Di
     ``arch`` and ``dataset`` of its metadata when it records them.  Anything else goes through
     ``torch.load(weights_only=True)`` allowing :data:`SAFE_GLOBALS`; a file that needs any other
     global is refused, naming it, unless ``trust_pickle`` (then it is unpickled in full, with a
-    warning: unpickling can run arbitrary code).  The weights of a checkpoint that records
-    ``state_sha256`` (rsmooth's) must match it.
+    warning: unpickling can run arbitrary code).  What it holds besides tensors is bounded
+    (:func:`rsmooth.jsondata.check_bounded`).  An rsmooth checkpoint must match the sha256 it
+    records: of all it holds (:func:`checkpoint_digest`), or, older ones, of its weights (``state_sha256``).
     """
     p = resolve_checkpoint_path(path)
     obj = _read_safetensors(p) if p.suffix == ".safetensors" else _torch_load(p, trust_pickle)
     if not isinstance(obj, dict):
         raise RsmoothError(f"checkpoint {p} holds a {type(obj).__name__}, not a dict of weights")
-    if "state_sha256" in obj and isinstance(obj.get("state_dict"), Mapping):
-        if state_digest(obj["state_dict"]) != obj["state_sha256"]:
-            raise RsmoothError(f"checkpoint {p} is corrupt: its weights do not match the stored sha256; "
-                               f"restore it from a copy or retrain")
+    check_bounded(obj, f"checkpoint {p}")
+    if obj.get("format") == FORMAT:
+        _check_entries(p, obj)
+    if DIGEST_KEY in obj:
+        _check_digest(p, checkpoint_digest(obj) == obj[DIGEST_KEY], "its contents")
+    elif "state_sha256" in obj and isinstance(obj.get("state_dict"), Mapping):
+        _check_digest(p, state_digest(obj["state_dict"]) == obj["state_sha256"], "its weights")
     return obj
+
+
+def _check_digest(p: Path, ok: bool, what: str) -> None:
+    if not ok:
+        raise RsmoothError(f"checkpoint {p} is corrupt: {what} do not match the stored sha256 (a changed "
+                           f"or flipped bit); restore it from a copy or retrain")
+
+
+#: the entries of an rsmooth checkpoint that rsmooth reads, with their types; the first four are
+#: required, the others may be absent (older versions) or null
+_ENTRIES: Dict[str, Tuple[type, ...]] = {
+    "arch": (str,), "dataset": (str,), "num_classes": (int,), "state_dict": (Mapping,),
+    "config": (Mapping,), "classifier": (Mapping,), "epoch": (int,), "sigma": (int, float), "method": (str,),
+    "seed": (int,), "input_shape": (list, tuple), "history": (list,), "sessions": (list,), "world_size": (int,),
+    "state_sha256": (str,), DIGEST_KEY: (str,), "optimizer": (Mapping,), "scheduler": (Mapping,), "scaler": (Mapping,),
+    "rng": (Mapping,), "data_fingerprint": (Mapping,), "versions": (Mapping,)}
+_REQUIRED = ("arch", "dataset", "num_classes", "state_dict")
+
+
+def _check_entries(p: Path, ckpt: Dict[str, Any]) -> None:
+    """An rsmooth checkpoint's entries have their types (:data:`_ENTRIES`) and its weights are
+    tensors: else one line, before anything reads them."""
+    def damaged(what: str) -> RsmoothError:
+        return RsmoothError(f"checkpoint {p} is an rsmooth checkpoint {what}; it was edited or damaged: "
+                            f"restore it from a copy or retrain")
+
+    missing = [k for k in _REQUIRED if ckpt.get(k) is None]
+    if missing:
+        raise damaged(f"without a valid {missing[0]!r} (it has keys {', '.join(map(repr, sorted(ckpt)[:10]))})")
+    for key, types in _ENTRIES.items():
+        value = ckpt.get(key)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            raise damaged(f"whose {key!r} is {type(value).__name__} {_short(value)}, not "
+                          f"{' or '.join(t.__name__.lower() for t in types)}")
+    wrong = next((k for k, v in ckpt["state_dict"].items() if not (isinstance(k, str) and
+                                                                  isinstance(v, torch.Tensor))), None)
+    if wrong is not None:
+        raise damaged(f"whose state_dict holds {type(ckpt['state_dict'][wrong]).__name__} "
+                      f"{_short(ckpt['state_dict'][wrong])} under {wrong!r}, not a tensor")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _torch_load(p: Path, trust_pickle: bool) -> Any:
@@ -137,15 +227,10 @@ def _torch_load(p: Path, trust_pickle: bool) -> Any:
         with allowed(list(SAFE_GLOBALS)) if allowed else contextlib.nullcontext():
             return torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for corrupt/truncated/pickled files
-        # a global torch does not allow, or one of a module it blocks outright (os, posix, sys, nt)
-        unsafe = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)"
-                           r"(?: whose module ([\w.]+) is blocked)?", str(e))
-        if unsafe is None:
-            reason = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+        name = unpickle_refusal(e)  # a global torch does not allow
+        if name is None:
             raise RsmoothError(f"cannot read checkpoint {p}: corrupt, truncated or not a PyTorch "
-                               f"checkpoint ({reason[:160]})") from None
-        blocked = f" (module {unsafe.group(2)}, which torch blocks outright)" if unsafe.group(2) else ""
-        name = unsafe.group(1) + blocked
+                               f"checkpoint ({first_line(e)})") from None
     if not trust_pickle:
         raise RsmoothError(f"checkpoint {p} is not a safe PyTorch checkpoint: it needs to unpickle "
                            f"{name}, which can run arbitrary code; pass --trust-pickle "
@@ -177,8 +262,6 @@ def _read_safetensors(p: Path) -> Dict[str, Any]:
 
 def file_sha256(path: Union[str, Path]) -> str:
     """Hex sha256 of a file (recorded with results to identify the checkpoint)."""
-    import hashlib
-
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -204,9 +287,6 @@ def versions() -> Dict[str, str]:
 
 
 #: what an rsmooth checkpoint must hold to rebuild its model: key -> type
-_REQUIRED = {"arch": str, "dataset": str, "num_classes": int, "state_dict": Mapping}
-
-
 def _load_weights(path: Path, model: nn.Module, obj: Any, dataset: str, hint: str = "", **kw: Any) -> None:
     from ..models import load_weights
 
@@ -387,11 +467,6 @@ def _load_own(p: Path, ckpt: Dict[str, Any], dataset: Optional[str], arch: Optio
     and the ``given`` model options must agree with it."""
     from ..models import MODEL_OPTIONS, arch_ref
 
-    missing = [k for k in _REQUIRED if not isinstance(ckpt.get(k), _REQUIRED[k])]
-    if missing:
-        raise RsmoothError(f"checkpoint {p} is an rsmooth checkpoint without a valid {missing[0]!r} "
-                           f"(it has keys {', '.join(map(repr, sorted(ckpt)[:10]))}); it was edited or "
-                           f"damaged: restore it from a copy or retrain")
     if isinstance(ckpt.get("classifier"), Mapping):
         check(arch is None or arch == ckpt["arch"],
               f"checkpoint {p} is a denoiser run: it rebuilds its denoiser ({ckpt['arch']}) and the classifier "

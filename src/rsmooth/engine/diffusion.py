@@ -16,10 +16,13 @@ if TYPE_CHECKING:
     from .certify import CertifyJob
 
 
-def with_diffusion(model: "nn.Module", job: "CertifyJob", sigma: float) -> Tuple["nn.Module", Dict[str, Any]]:
+def with_diffusion(model: "nn.Module", job: "CertifyJob", sigma: float,
+                   dataset: str) -> Tuple["nn.Module", Dict[str, Any]]:
     """(the model to smooth, the sidecar's diffusion fields): ``model`` itself and nothing without
-    ``job.diffusion``; else f(D(x)) with D at ``sigma`` and ``job.diffusion_steps`` (the model's
-    path or id, its sha256 when a file, t*, the realised sigma, the steps)."""
+    ``job.diffusion``; else f(D(x)) with D at ``sigma`` and ``job.diffusion_steps``, on ``model``'s
+    device, checked against the certified ``dataset`` (its recorded dataset, unless
+    ``job.diffusion_other_dataset``; its image shape) (the model's path or id, its sha256 when a file,
+    t*, the realised sigma, the steps)."""
     if job.diffusion is None:
         return model, {}
     from ..models.diffusion import diffusion_classifier
@@ -27,7 +30,8 @@ def with_diffusion(model: "nn.Module", job: "CertifyJob", sigma: float) -> Tuple
 
     # the user named it (--diffusion, diffusion=): their choice, as --arch is (rsmooth.trust)
     check_recorded_arch(job.diffusion, "--diffusion", trust_code=True)
-    wrapped, record = diffusion_classifier(model, job.diffusion, sigma, steps=job.diffusion_steps)
+    wrapped, record = diffusion_classifier(model, job.diffusion, sigma, steps=job.diffusion_steps, dataset=dataset,
+                                           other_dataset=job.diffusion_other_dataset)
     if os.path.isfile(job.diffusion):
         record["diffusion_sha256"] = file_sha256(job.diffusion)
     return wrapped, record

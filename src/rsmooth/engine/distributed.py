@@ -32,7 +32,6 @@ from .seeding import derive_seed
 
 #: what to do when a rank is lost (every run under torchrun resumes where it stopped)
 RERUN = "rerun the same torchrun command to continue"
-RERUN_TRAIN = "rerun the same torchrun command with --resume to continue from the last checkpoint"
 #: how long :func:`agree` waits for every rank (they have all just joined the process group)
 AGREE_TIMEOUT = datetime.timedelta(seconds=60)
 

@@ -81,6 +81,14 @@ def run_pipeline(
     comparison is under one budget; ``hparams`` are the CAT-RS hyperparameters on top of the
     ``dataset/catrs/sigma`` preset when there is one; ``certify_options`` are further
     :class:`CertifyJob` fields (precision, device, ...).  The same as ``PipelineJob(...).run()``.
+
+    Example:
+        ```python
+        from rsmooth.engine.pipeline import run_pipeline
+
+        table = run_pipeline("runs/pipe", dataset="digits", sigma=0.25, train_overrides={"epochs": 5})
+        print(table)   # Gaussian and CAT-RS side by side: ACR and certified accuracy
+        ```
     """
     return PipelineJob(**locals()).run()
 

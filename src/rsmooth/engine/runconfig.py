@@ -21,6 +21,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from ..errors import RsmoothError, check, did_you_mean, first_line
 from ..fieldtypes import check_values
+from ..jsondata import check_bounded
+from ..trust import check_recorded_arch
 from .checkpoint import CHECKPOINT_NAME, FORMAT, read_checkpoint
 
 PathLike = Union[str, Path]
@@ -116,7 +118,11 @@ def read_config_file(path: PathLike) -> Mapping[str, Any]:
     p = Path(path)
     check(p.is_file(), f"config file {p} does not exist; pass a JSON or YAML file of TrainConfig fields "
           f"(e.g. a run's config.json or 'rsmooth show-preset NAME --format yaml > FILE')")
-    text = p.read_text()
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RsmoothError(f"cannot read config file {p}: not UTF-8 text ({e.reason} at byte {e.start}); "
+                           f"save it as UTF-8") from None
     try:
         if p.suffix.lower() == ".json":
             data = json.loads(text)
@@ -126,11 +132,21 @@ def read_config_file(path: PathLike) -> Mapping[str, Any]:
             data = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 (a safe loader)
     except Exception as e:  # json and yaml raise their own types, with the line in the message
         raise RsmoothError(f"cannot read config file {p}: {first_line(e)}") from None
+    check_bounded(data, f"config file {p}")  # YAML's aliases: a small file, exponentially many values
     check(isinstance(data, Mapping), f"config file {p} holds {type(data).__name__}, not a mapping of "
           f"TrainConfig fields (key: value lines)")
     if isinstance(data.get("config"), Mapping):  # a run's config.json: the fields and where they ran
         data = data["config"]
     return data
+
+
+def read_config_fields(path: PathLike, cls: type, *, trust_code: bool) -> Dict[str, Any]:
+    """The fields of config file ``path`` (:func:`read_config_file`, :func:`config_fields`).  A
+    config file travels like a checkpoint, so a ``module:factory`` arch it names is refused unless
+    ``trust_code`` (the user names an arch of their own or passes ``--trust-code``; :mod:`rsmooth.trust`)."""
+    fields = config_fields(read_config_file(path), cls, str(path))
+    check_recorded_arch(fields.get("arch"), f"config file {path}", trust_code=trust_code)
+    return fields
 
 
 def config_fields(data: Mapping[str, Any], cls: type, where: str) -> Dict[str, Any]:

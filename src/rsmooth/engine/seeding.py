@@ -20,7 +20,7 @@ MAX_SEED = 2 ** 63 - 1
 
 def validate_seed(seed: int, flag: str = "--seed") -> int:
     """Return ``seed`` as int, or raise unless it is an integer in [0, MAX_SEED]."""
-    seed = validate_count(flag, seed, minimum=0)
+    seed = validate_count(flag, seed, minimum=0, maximum=None)
     if seed > MAX_SEED:
         raise RsmoothError(f"{flag} must be at most 2**63 - 1, got {seed}")
     return seed

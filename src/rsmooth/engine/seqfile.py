@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import List, Optional, Tuple, Union
 
-from ..errors import check
+from ..errors import check, setting
 from ..fileio import atomic_write_bytes, naming, open_nofollow
 from ..metrics.certify_io import SEQ_COLUMNS
 from ..smoothing.sequential import SequentialCertificate
@@ -56,10 +56,10 @@ def seq_rows(path: Path) -> List[Tuple[int, str]]:
     """(idx, line) of each whole row of ``path`` (a partial last line is left out); one-line
     errors for a missing file or a foreign header."""
     check(path.is_file(), f"{path} (the samples and decisions of the examples in the TSV) is missing; "
-                          f"pass --overwrite to start again")
+                          f"pass {setting('overwrite', True)} to start again")
     text = path.read_text(encoding="utf-8")
     check(text.startswith(_HEADER), f"{path} is not a sequential-certification file (its header is not "
-                                    f"{' '.join(SEQ_COLUMNS)}); pass --overwrite to start again")
+                                    f"{' '.join(SEQ_COLUMNS)}); pass {setting('overwrite', True)} to start again")
     return [(i, row + "\n") for row in text.split("\n")[1:-1] if (i := _idx(row)) is not None]
 
 
@@ -80,7 +80,7 @@ class SeqWriter:
         kept = [(i, row) for i, row in seq_rows(path) if i in done] if done else []
         missing = done - {i for i, _ in kept}
         check(not missing, f"{path} lacks the row of idx {min(missing, default=0)} that the TSV holds; "
-                           f"pass --overwrite to start again")
+                           f"pass {setting('overwrite', True)} to start again")
         write_seq_rows(path, kept)
         with naming(path):
             self._f = open_nofollow(path, "a", encoding="utf-8", newline="\n")

@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ..errors import RsmoothError, check
+from ..errors import RsmoothError, check, setting
 from ..fileio import atomic_write_bytes, remove_stale_temps, run_lock
 from ..metrics import CertifyResult, read_certify_tsv, read_sidecar, sidecar_path, write_sidecar
 from ..metrics.certify_io import TSV_COLUMNS, TSV_HEADER
@@ -231,7 +231,7 @@ def _disagreement(out: Path, kind: ShardKind, paths: Sequence[Path]) -> str:
         diff = identity_diff(old, meta, kind.identity) if old is not None else []
         if diff:
             return (f"{out} holds a run with {diff[0]}={meta.get(diff[0])!r}, not {old.get(diff[0])!r} ({p}); "
-                    f"pass --overwrite to replace it or choose another --out")
+                    f"pass {setting('overwrite', True)} to replace it or choose another {setting('out')}")
     return ""
 
 
@@ -245,7 +245,8 @@ def _lock_shard(stack: contextlib.ExitStack, p: Path, keep: bool) -> None:
             raise
         if not keep:
             raise RsmoothError(f"cannot create {lock_path(p)} ({e.strerror}): a merge locks the shards and then "
-                               f"deletes them; pass --keep-shards to merge without writing beside them") from None
+                               f"deletes them; pass {setting('keep', True, flag='--keep-shards')} to merge without "
+                               f"writing beside them") from None
 
 
 def _checked_shards(out: Path, kind: ShardKind, paths: Sequence[Path], overwrite: bool) -> List[Tuple[Path, dict]]:
@@ -274,7 +275,7 @@ def _checked_shards(out: Path, kind: ShardKind, paths: Sequence[Path], overwrite
     diff = identity_diff(old, first, kind.identity) if old is not None and not overwrite else []
     if diff:
         raise RsmoothError(f"{out} holds a run with {diff[0]}={old.get(diff[0])!r}, not {first.get(diff[0])!r}; "
-                           f"pass --overwrite to replace it or choose another --out")
+                           f"pass {setting('overwrite', True)} to replace it or choose another {setting('out')}")
     return [by_shard[i] for i in range(k)]
 
 

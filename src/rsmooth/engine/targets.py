@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from ..errors import RsmoothError, check, first_line
+from ..errors import RsmoothError, check, first_line, setting
 from ..fileio import atomic_write, atomic_write_bytes, naming, open_nofollow, remove_stale_temps, run_lock
 from ..metrics import read_sidecar
 from ..paths import check_output_file
@@ -118,6 +118,16 @@ def compute_targets(
             ``$RSMOOTH_HEARTBEAT`` or 60, 0 for none (:class:`~rsmooth.progress.Heartbeat`).
 
     The keywords are the fields of :class:`TargetsJob`: this is ``TargetsJob(...).run()``.
+
+    Example:
+        ```python
+        from rsmooth.engine import TrainConfig, train
+        from rsmooth.engine.targets import compute_targets
+
+        compute_targets("runs/fm-gauss025", "runs/fm-gauss025/targets.pt")   # a Gaussian-trained run
+        train(TrainConfig(dataset="fashion-mnist", method="catrs", hparams={"sigma": 0.25},
+                          targets="runs/fm-gauss025/targets.pt"), "runs/fm-catrs025")
+        ```
     """
     return TargetsJob(**locals()).run()  # locals(): exactly the arguments, at the first line
 
@@ -234,7 +244,7 @@ def _compute_on_ranks(out_path: Path, share: List[int], meta: dict, work: _Work,
         if not work.overwrite and out_path.exists():  # now, not after every shard is computed
             if diff:
                 raise RsmoothError(f"{out_path} exists with {diff[0]}={old.get(diff[0])!r}, not "
-                                   f"{meta.get(diff[0])!r}; pass --overwrite or choose another --out")
+                                   f"{meta.get(diff[0])!r}; pass {setting('overwrite', True)} or choose another {setting('out')}")
             if old is not None and old.get("complete"):  # rank 0 deletes what a kill in the merge left
                 if world.main:
                     clean_merged(out_path, TARGETS, shards, log=work.log)
@@ -273,7 +283,7 @@ def _compute(out_path: Path, blocks: List[int], meta: dict, work: _Work) -> Path
         elif out_path.exists():
             if old is None or diff:
                 what = f"{diff[0]}={old.get(diff[0])!r}, not {meta.get(diff[0])!r}" if diff else "no metadata"
-                raise RsmoothError(f"{out_path} exists with {what}; pass --overwrite or choose another --out")
+                raise RsmoothError(f"{out_path} exists with {what}; pass {setting('overwrite', True)} or choose another {setting('out')}")
             if old.get("complete"):
                 files.remove()  # partial files of a run killed right after it finished
                 log(f"{out_path} is already computed")

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from .. import __version__
-from ..errors import RsmoothError, check
+from ..errors import RsmoothError, check, setting
 from ..fileio import atomic_write_bytes, naming, open_nofollow, remove_stale_temps, run_lock
 from ..methods import METHODS, Batch, Method, StepContext, create_method
 from ..paths import check_output_dir
@@ -49,7 +49,7 @@ from ..progress import Heartbeat, format_duration, progress_bar
 from ..smoothing.stats import validate_count
 from .callbacks import CallbackList, as_callbacks
 from .checkpoint import (CHECKPOINT_NAME, FORMAT, atomic_save, git_commit, read_checkpoint,
-                         resolve_device, state_digest, versions)
+                         resolve_device, seal, versions)
 from . import distributed
 from .distributed import World
 from .preempt import CheckpointClock, StopSignals, parse_checkpoint_every
@@ -70,6 +70,13 @@ _FIXED_ON_RESUME = ("dataset", "arch", "arch_kwargs", "num_classes", "input_size
                     "channels_last", "compile", "optimizer", "classifier", "init")
 LR_TIMINGS = ("catrs", "cohen")
 OPTIMIZERS = ("sgd", "adam")
+#: the largest learning rate accepted: the papers train with 0.01-0.1 (Adam 1e-3), and SGD diverges
+#: at once far below 10; a larger value is a typo (1e300 would overflow the optimiser's arithmetic)
+MAX_LR = 10.0
+#: the most data-loading worker processes (--workers): more than the cores of any one machine
+MAX_WORKERS = 256
+#: the most logits (--num-classes): ImageNet-21k has 21,841 classes; a million is beyond any dataset
+MAX_CLASSES = 2 ** 20
 #: autocast dtype of each --precision (fp32: no autocast)
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -87,7 +94,68 @@ def _as_list(values: Optional[Any]) -> Optional[List[Any]]:
 
 @dataclass
 class TrainConfig:
-    """Everything that defines a training run (saved, resolved, in every checkpoint)."""
+    """Everything that defines a training run (saved, resolved, in every checkpoint).
+
+    Each field is a key of a ``--config`` file and, but for ``num_workers`` and
+    ``eval_batch_size``, a flag of ``rsmooth train`` (``epochs`` is ``--epochs``; ``hparams`` are
+    the method's flags, ``--sigma``, ...); fields left None get the dataset's defaults in
+    :meth:`resolved`.
+
+    Attributes:
+        dataset: a registered dataset name (``rsmooth list datasets``).
+        arch: the model: a registered name, ``package.module:factory`` or an ``rsmooth.models``
+            entry point (default: the dataset's, e.g. ``lenet`` for Fashion-MNIST).
+        arch_kwargs: keyword arguments of a ``module:factory`` architecture (JSON-like data).
+        num_classes: the model's logits (default: the dataset's classes).
+        input_size: (C, H, W) handed to a factory (default: the dataset's).
+        mean: per-channel normalisation in [0, 1] pixel units (default: the dataset's for built-in
+            archs, none for a factory).
+        std: per-channel standard deviation, with ``mean``.
+        method: the training method (``rsmooth list methods``): gaussian, stability, smoothadv,
+            macer, consistency, smoothmix, catrs, standard, denoise-mse, denoise-stab.
+        hparams: the method's hyperparameters, sigma included (e.g. ``{"sigma": 0.25}``).
+        epochs: epochs to train (default per dataset: digits 30, ImageNet 90, others 150).
+        batch_size: examples per optimiser step.
+        lr: initial learning rate (default per dataset: digits 0.05, (Fashion-)MNIST 0.01, else 0.1).
+        momentum: SGD momentum, in [0, 1).
+        weight_decay: L2 weight decay, >= 0.
+        nesterov: Nesterov momentum (SGD; needs momentum > 0).
+        lr_step: step schedule: the learning rate times ``lr_gamma`` every ``lr_step`` epochs.
+        milestones: multistep schedule: increasing epochs at which it drops (overrides ``lr_step``).
+        lr_gamma: the factor of each drop, in (0, 1].
+        lr_timing: when the learning rate drops: ``"catrs"`` (the authors' scripts) or
+            ``"cohen"`` (one epoch earlier).
+        seed: the run's seed (initialisation, batches, noise); the same seed gives the same weights.
+        train_subset: train on this many training examples (a fixed subset), None for all.
+        data_dir: where datasets are read from or downloaded to (default: ``$RSMOOTH_DATA``, else
+            a cache folder).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...; None: CUDA when available, else the CPU.
+        num_workers: DataLoader worker processes.
+        eval_batch_size: batch size of the test-set evaluation after epochs.
+        targets: CAT-RS's consistency-targets file (``rsmooth targets``).
+        precision: autocast of each step: ``"fp32"`` (none), ``"bf16"``, ``"fp16"`` (CUDA, with a
+            gradient scaler).
+        channels_last: model and batches in channels-last memory format.
+        compile: train through ``torch.compile(model)``.
+        sync_bn: under torchrun, SyncBatchNorm (default: per-rank batch-norm statistics).
+        optimizer: ``"sgd"`` (momentum, nesterov) or ``"adam"`` (the denoiser papers').
+        classifier: denoiser methods: the frozen classifier (a checkpoint or run folder).
+        init: denoiser methods: start from this denoiser run's weights.
+        checkpoint_every: mid-epoch checkpoints every N optimiser steps (``"500"``) or time
+            (``"10m"``, ``"600s"``, ``"1h"``).
+        eval_every: evaluate after every E-th epoch and the last (0: never).
+        eval_examples: evaluate on this fixed subset of the test set (None: all; 0: never).
+        tensorboard: write ``OUT/tensorboard/`` (rank 0; needs the tensorboard package).
+
+    Example:
+        ```python
+        from rsmooth.engine import TrainConfig, train
+
+        config = TrainConfig(dataset="digits", method="gaussian", hparams={"sigma": 0.25}, epochs=5)
+        result = train(config, "runs/digits025")
+        same = TrainConfig.from_run("runs/digits025")   # what the run recorded
+        ```
+    """
 
     dataset: str = "digits"
     arch: Optional[str] = None  # a registered name, package.module:factory or an rsmooth.models entry point
@@ -138,6 +206,7 @@ class TrainConfig:
                                                   f"(e.g. {{'sigma': 0.25}}), got {self.hparams!r}")
         d = DATASET_DEFAULTS.get(self.dataset, DATASET_DEFAULTS["cifar10"])
         denoiser = is_denoiser(self.method)
+        _check_not_a_denoiser(self.arch, self.method, denoiser)
         c = dataclasses.replace(
             self,
             arch=(self.arch or ("dncnn" if info.input_shape[0] == 3 else "dncnn_small")) if denoiser
@@ -150,17 +219,19 @@ class TrainConfig:
             hparams=dict(self.hparams),
             seed=validate_seed(self.seed),
         )
-        check(c.num_classes is None or (isinstance(c.num_classes, int) and c.num_classes >= info.num_classes),
-              f"--num-classes must be at least the {info.num_classes} classes of {c.dataset}, got {c.num_classes!r}")
+        check(c.num_classes is None or (isinstance(c.num_classes, int) and
+                                        info.num_classes <= c.num_classes <= MAX_CLASSES),
+              f"--num-classes must be at least the {info.num_classes} classes of {c.dataset} and at most "
+              f"{MAX_CLASSES:,}, got {c.num_classes!r}")
         validate_normalization(c.mean or [], c.std or [])  # before any data is read
         c.epochs, c.batch_size = validate_count("--epochs", c.epochs), validate_count("--batch-size", c.batch_size)
         c.lr_step = validate_count("--lr-step", c.lr_step)  # epochs
         c.eval_batch_size = validate_count("eval_batch_size", c.eval_batch_size)
         c.lr, c.momentum, c.weight_decay, c.lr_gamma = (_number(f"--{k.replace('_', '-')}", getattr(c, k))
                                                          for k in ("lr", "momentum", "weight_decay", "lr_gamma"))
-        check(c.lr > 0 and math.isfinite(c.lr), f"--lr must be > 0, got {c.lr!r}")
+        check(0 < c.lr <= MAX_LR, f"--lr must be in (0, {MAX_LR:g}] (the papers use 0.01-0.1), got {c.lr!r}")
         check(0 <= c.momentum < 1, f"--momentum must be in [0, 1), got {c.momentum}")
-        check(c.weight_decay >= 0, f"--weight-decay must be >= 0, got {c.weight_decay}")
+        check(0 <= c.weight_decay <= 1, f"--weight-decay must be in [0, 1] (e.g. 1e-4), got {c.weight_decay}")
         check(0 < c.lr_gamma <= 1, f"--lr-gamma must be in (0, 1], got {c.lr_gamma}")
         check(not c.nesterov or c.momentum > 0, "--nesterov needs --momentum > 0")
         check(c.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)}, got {c.precision!r}")
@@ -173,6 +244,7 @@ class TrainConfig:
         if c.train_subset is not None:
             c.train_subset = validate_count("--train-subset", c.train_subset)
         check(c.optimizer in OPTIMIZERS, f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {c.optimizer!r}")
+        c.num_workers = validate_count("--workers", c.num_workers, minimum=0, maximum=MAX_WORKERS)
         check(denoiser or (c.classifier is None and c.init is None),
               "--classifier and --init are for the denoiser methods (denoise-mse, denoise-stab)")
         parse_checkpoint_every(c.checkpoint_every)
@@ -194,13 +266,14 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_file(cls, path: Union[str, Path]) -> "TrainConfig":
+    def from_file(cls, path: Union[str, Path], *, trust_code: bool = False) -> "TrainConfig":
         """The config in a JSON or YAML file of these fields (``hparams``: the method's
         hyperparameters), such as a run's ``config.json`` or ``rsmooth show-preset NAME --format
-        yaml``; unknown keys and wrong types are errors."""
-        from .runconfig import config_fields, read_config_file
+        yaml``; unknown keys and wrong types are errors.  A ``module:factory`` arch it names is
+        refused unless ``trust_code`` (:mod:`rsmooth.trust`): config files travel like checkpoints."""
+        from .runconfig import read_config_fields
 
-        return cls(**config_fields(read_config_file(path), cls, str(path)))
+        return cls(**read_config_fields(path, cls, trust_code=trust_code))
 
     @classmethod
     def from_run(cls, out: Union[str, Path], *, trust_code: bool = False, **overrides: Any) -> "TrainConfig":
@@ -209,7 +282,7 @@ class TrainConfig:
         may change on resume (``epochs`` to extend, ``device``, ``num_workers``, ``data_dir``, ...);
         the others must equal the recorded values: all differences are refused in one error.
         A recorded ``module:factory`` arch is refused unless ``overrides`` name an arch or
-        ``trust_code`` (:mod:`rsmooth.trust`; a config file, :meth:`from_file`, is the user's own)."""
+        ``trust_code`` (:mod:`rsmooth.trust`), as is one in a config file (:meth:`from_file`)."""
         from ..trust import check_recorded_arch
         from .runconfig import config_fields, conflicts, merge, recorded_fields, recorded_file
 
@@ -233,7 +306,24 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
-    """Where the run wrote its checkpoint, and one dict of figures per epoch."""
+    """What :func:`train` returns: where the run wrote its checkpoint, one dict of figures per
+    epoch, and the trained model.
+
+    Attributes:
+        checkpoint: ``out/checkpoint.pt``.
+        history: one dict per epoch: ``epoch``, ``lr``, ``loss``, the method's figures (e.g.
+            ``acc_noisy``, on the training batches), ``time`` (seconds) and, after an evaluation,
+            ``test_acc`` (clean), ``test_acc_noisy`` (under the noise) and ``eval_examples``.
+        model: the trained ``nn.Module`` (its normalisation layer first; on [0, 1] pixels; call
+            ``.eval()`` before certifying).
+
+    Example:
+        ```python
+        result = train(TrainConfig(dataset="digits", epochs=5), "runs/digits")
+        print(result.checkpoint, result.history[-1]["loss"])
+        smooth = Smooth(result.model.eval(), num_classes=10, sigma=0.25)
+        ```
+    """
 
     checkpoint: Path
     history: List[Dict[str, Any]]
@@ -243,6 +333,19 @@ class TrainResult:
 def is_denoiser(method: str) -> bool:
     """Whether ``method`` trains a denoiser in front of a frozen classifier (denoised smoothing)."""
     return bool(getattr(METHODS.get(method), "denoiser", False))
+
+
+def _check_not_a_denoiser(arch: Optional[str], method: str, denoiser: bool) -> None:
+    """A denoiser architecture (``DENOISERS``) with a method that trains a classifier is refused,
+    naming the methods that train one."""
+    from ..models import DENOISERS
+
+    if arch in DENOISERS and not denoiser:
+        methods = " or ".join(m for m in METHODS.names() if is_denoiser(m))
+        raise RsmoothError(f"{arch} is a denoiser architecture (images to images, no classes) and "
+                           f"{setting('method', method)} trains a classifier: train {arch} with "
+                           f"{setting('method')} {methods} (in front of a {setting('classifier')}), or "
+                           f"choose a classifier architecture ('rsmooth list architectures')")
 
 
 def lr_factor(epoch: int, c: "TrainConfig") -> float:
@@ -454,6 +557,18 @@ def train(
             :class:`~rsmooth.engine.callbacks.TensorBoardLogger` writing ``out/tensorboard``.
         trust_code: run the ``module:factory`` that a file names (the arch recorded in ``out`` when
             ``config`` is None, the ``classifier`` checkpoint's; :mod:`rsmooth.trust`).
+
+    Returns:
+        :class:`TrainResult`: the checkpoint's path, the per-epoch history, the trained model.
+
+    Example:
+        ```python
+        from rsmooth.engine import TrainConfig, train
+
+        config = TrainConfig(dataset="digits", method="gaussian", hparams={"sigma": 0.25}, epochs=5)
+        result = train(config, "runs/digits025", resume=True)   # continues the run if it was stopped
+        print(result.history[-1])   # {'epoch': 5, 'lr': 0.05, 'loss': ..., 'test_acc': ..., ...}
+        ```
     """
     if config is None:
         check(resume, "train(None, out) continues the run recorded in out: pass resume=True, or a TrainConfig")
@@ -496,14 +611,15 @@ def train(
 
         def save(epochs_done: int, reason: str, position: Optional[Dict[str, Any]] = None) -> None:
             if w.main:
-                atomic_save({**_checkpoint(model, opt, sched, scaler, epochs_done, c, method, history,
-                                           train_set, w), **recorded, "sessions": sessions,
-                             **({"partial": position} if position is not None else {})}, ckpt_path)
+                atomic_save(seal({**_checkpoint(model, opt, sched, scaler, epochs_done, c, method, history,
+                                                train_set, w), **recorded, "sessions": sessions,
+                                  **({"partial": position} if position is not None else {})}), ckpt_path)
                 cbs("on_checkpoint", {"path": str(ckpt_path), "epoch": epochs_done,
                                       "step": position["steps"] if position else 0, "reason": reason})
 
         with run, _run_log(Path(out), c, history, sessions, w) as write, StopSignals() as stop, \
-                distributed.collectives(w, "the other ranks' steps", distributed.RERUN_TRAIN):
+                distributed.collectives(w, "the other ranks' steps", f"rerun the same torchrun command with "
+                                        f"{setting('resume', True)} to continue from the last checkpoint"):
             control = _Control(run, save, CheckpointClock(c.checkpoint_every, start_epoch * spe + (
                 partial["steps"] if partial else 0)), stop, w, spe, log, str(ckpt_path), progress)
             if distributed.broadcast(wants_step, w, "rank 0's callbacks"):
@@ -675,7 +791,8 @@ class _Control:
         """Save the epoch in progress, say how to continue, and stop (as the signal asked)."""
         self.save(pos.epoch, "signal", self.run.partial_state())
         self.log(f"stopped in epoch {pos.epoch + 1}/{self.run.c.epochs} after step {pos.steps}/"
-                 f"{self.steps_per_epoch}: saved {self.path}; rerun with --resume to continue from this step")
+                 f"{self.steps_per_epoch}: saved {self.path}; rerun with {setting('resume', True)} to continue "
+                 f"from this step")
         self.stop.resend()
 
     def after_epoch(self, epoch: int) -> None:
@@ -683,7 +800,7 @@ class _Control:
         stop, _ = self._agree(self.requested(), False)
         if stop:
             self.log(f"stopped after epoch {epoch + 1}/{self.run.c.epochs}: saved {self.path}; "
-                     f"rerun with --resume to continue")
+                     f"rerun with {setting('resume', True)} to continue")
             self.stop.resend()
 
     def _heartbeat(self, pos: "_Position") -> None:
@@ -700,9 +817,13 @@ def _build_model(c: TrainConfig, method: Method, device: torch.device, trust_cod
     """(the model trained, the classifier the evaluation scores, what the checkpoint records
     besides).  A denoiser method trains D in front of the frozen ``--classifier`` f (set as
     ``method.classifier``; its recorded ``module:factory`` only with ``trust_code``) and scores
-    f(D(x)); its checkpoint records f's path, sha256 and classes."""
-    from ..models import create_model
+    f(D(x)); its checkpoint records f's path, sha256 and classes.  A ``module:factory`` arch is
+    imported from ``sys.path`` only: it may come from a file (the CLI imports the ``--arch`` typed,
+    looking in the current folder too, before it calls :func:`train`)."""
+    from ..models import create_model, resolve_arch
 
+    if ":" in c.arch:
+        resolve_arch(c.arch, search_cwd=False)  # imported once, so the builders below find it
     if not is_denoiser(c.method):
         model = create_model(c.arch, c.dataset, **c.model_options()).to(device)
         return model, model, {}
@@ -770,8 +891,8 @@ def _start_state(ckpt_path: Path, c: TrainConfig, resume: bool, w: World,
 def _read_resume(ckpt_path: Path, c: TrainConfig, resume: bool, log: Callable[[str], None]
                  ) -> Optional[Dict[str, Any]]:
     if ckpt_path.exists() and not resume:
-        raise RsmoothError(f"{ckpt_path} already exists; pass --resume to continue that run "
-                           f"or choose another --out")
+        raise RsmoothError(f"{ckpt_path} already exists; pass {setting('resume', True)} to continue that "
+                           f"run or choose another {setting('out')}")
     if not (resume and ckpt_path.exists()):
         return None
     ck = read_checkpoint(ckpt_path)
@@ -781,20 +902,22 @@ def _read_resume(ckpt_path: Path, c: TrainConfig, resume: bool, log: Callable[[s
     partial = _partial_of(ck)
     if partial is not None:
         check(int(partial.get("epoch", -1)) == start_epoch, f"{ckpt_path} is damaged: its mid-epoch "
-              f"position is not in epoch {start_epoch + 1}; restore it from a copy or choose another --out")
+              f"position is not in epoch {start_epoch + 1}; restore it from a copy or choose another "
+              f"{setting('out')}")
         if c.epochs <= start_epoch:
-            raise RsmoothError(f"cannot resume {ckpt_path} with --epochs {c.epochs}: it stopped inside "
-                               f"epoch {start_epoch + 1}; pass --epochs {start_epoch + 1} or more")
+            raise RsmoothError(f"cannot resume {ckpt_path} with {setting('epochs', c.epochs)}: it stopped "
+                               f"inside epoch {start_epoch + 1}; pass {setting('epochs', start_epoch + 1)} or more")
         log(f"resuming {ckpt_path} in epoch {start_epoch + 1} after step {partial['steps']}")
         return ck
     if start_epoch > c.epochs:
-        raise RsmoothError(f"cannot resume {ckpt_path} with --epochs {c.epochs}: it has already "
-                           f"trained {start_epoch} epochs; pass --epochs {start_epoch} or more, "
-                           f"or choose another --out")
+        raise RsmoothError(f"cannot resume {ckpt_path} with {setting('epochs', c.epochs)}: it has already "
+                           f"trained {start_epoch} epochs; pass {setting('epochs', start_epoch)} or more, "
+                           f"or choose another {setting('out')}")
     if start_epoch == c.epochs:
-        log(f"{ckpt_path} has already trained all {c.epochs} epochs; nothing to do "
-            f"(pass a larger --epochs to train further)")
-    log(f"resuming {ckpt_path} after epoch {start_epoch}")
+        log(f"{ckpt_path} has already trained all {c.epochs} epochs; nothing to do (to train further, "
+            f"pass more epochs, e.g. {setting('epochs', c.epochs + 1)})")
+    else:
+        log(f"resuming {ckpt_path} after epoch {start_epoch}")
     return ck
 
 
@@ -1009,7 +1132,6 @@ def _checkpoint(model, opt, sched, scaler, epoch, c: TrainConfig, method: Method
         "world_size": w.size,
         "data_fingerprint": train_set.fingerprint(),
         "state_dict": model.state_dict(),
-        "state_sha256": state_digest(model.state_dict()),
         "optimizer": opt.state_dict(),
         "scheduler": sched.state_dict(),
         **({"scaler": scaler.state_dict()} if scaler.is_enabled() else {}),

@@ -49,9 +49,17 @@ def check_radius(method: str, name: str, value: float, positive: bool = False) -
 class Batch:
     """A training (chunk of a) batch.
 
-    x: images [B x C x H x W] in [0, 1]; y: labels [B] (int64); idx: dataset indices [B], the
-    stable example indices; extras: per-example tensors looked up by ``idx`` (e.g. CAT-RS
-    consistency targets [B x K]).
+    Attributes:
+        x: images [B x C x H x W] in [0, 1].
+        y: labels [B] (int64).
+        idx: dataset indices [B], the stable example indices.
+        extras: per-example tensors looked up by ``idx`` (e.g. CAT-RS consistency targets [B x K]).
+
+    Example:
+        ```python
+        batch = Batch(*train_set.get_batch(idx), idx)
+        loss, stats = method.loss(model, batch, StepContext(generator=torch.Generator().manual_seed(0)))
+        ```
     """
 
     x: torch.Tensor
@@ -77,16 +85,27 @@ class Batch:
 class StepContext:
     """What a loss may depend on besides the batch: randomness and the schedule.
 
-    generator: the only source of randomness for the step (on the model's device); draw from it
-    with :meth:`randn` and :meth:`rand`; epoch: 0-based current epoch; num_epochs: total; step:
-    0-based optimiser step within the epoch; lr_drop_epoch: first epoch at a reduced learning rate
-    (MACER's deferred lambda), or None.
+    Attributes:
+        generator: the only source of randomness for the step (on the model's device); draw from
+            it with :meth:`randn` and :meth:`rand`.
+        epoch: 0-based current epoch.
+        num_epochs: total epochs.
+        step: 0-based optimiser step within the epoch.
+        lr_drop_epoch: first epoch at a reduced learning rate (MACER's deferred lambda), or None.
+        rows: under torchrun, this process's share ``(lo, hi, n)`` of the step's examples.
+        module: under torchrun, the unwrapped network the attacks run on.
 
     Under ``torchrun`` each process computes the loss of its share ``rows = (lo, hi, n)``
     (examples ``lo:hi`` of the step's ``n``) through DistributedDataParallel, and ``module`` is the
     unwrapped network that attacks run on (:meth:`unwrapped`).  :meth:`randn` and :meth:`rand`
     then draw for all ``n`` examples and keep rows ``lo:hi``, so that every example gets the
     noise it gets in one process, whichever process draws it.
+
+    Example:
+        ```python
+        ctx = StepContext(generator=torch.Generator().manual_seed(0), epoch=0, num_epochs=10)
+        noise = ctx.randn(x.shape)   # drawn from ctx.generator only
+        ```
     """
 
     generator: torch.Generator
@@ -189,7 +208,21 @@ def hyperparameters(cls: type) -> List[dataclasses.Field]:
 
 
 def create_method(name: str, **hparams: Any) -> Method:
-    """Instantiate a registered method; unknown hyperparameters are an error."""
+    """Instantiate a registered method; unknown hyperparameters are an error.
+
+    Args:
+        name: a registered method (``rsmooth list methods``): gaussian, consistency, smoothadv, ...
+        **hparams: its hyperparameters (those of ``rsmooth train --method NAME --help``).
+
+    Returns:
+        the :class:`Method`, whose ``loss(model, batch, ctx)`` gives (loss, statistics).
+
+    Example:
+        ```python
+        method = create_method("consistency", sigma=0.25, lbd=10.0)
+        loss, stats = method.loss(model, Batch(x, y, idx), StepContext(generator=g))
+        ```
+    """
     cls = METHODS.get(name)
     known = {f.name for f in hyperparameters(cls)}
     unknown = sorted(set(hparams) - known)

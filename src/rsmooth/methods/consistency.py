@@ -77,9 +77,23 @@ def consistency_loss(logits: torch.Tensor, y: torch.Tensor, lbd: float, eta: flo
                      variant: str = "default") -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
     """Gaussian + consistency training objective (Jeong & Shin 2020 eq. 12).
 
-    logits: [B x m x K] of the m noisy copies of each image; y: [B] labels.  Returns
-    (mean CE over all B*m noisy copies + ``consistency_regularizer(logits, lbd, eta, variant)``,
-    {"loss_ce", "loss_con"}).
+    Args:
+        logits: [B x m x K], the logits of m >= 2 noisy copies of each image (image-major).
+        y: [B] labels.
+        lbd: lambda, the weight of the regulariser.
+        eta: the weight of the entropy term (``"default"`` only).
+        variant: ``"default"``, ``"kl"``, ``"mse"`` or ``"ce"`` (:func:`consistency_regularizer`).
+
+    Returns:
+        (mean CE over all B*m noisy copies + ``consistency_regularizer(logits, lbd, eta, variant)``,
+        {"loss_ce", "loss_con"}).
+
+    Example:
+        ```python
+        noisy = x.repeat_interleave(2, 0)                         # m = 2 copies per image
+        logits = model(noisy + sigma * torch.randn_like(noisy)).reshape(len(y), 2, -1)
+        loss, parts = consistency_loss(logits, y, lbd=10.0, eta=0.5)
+        ```
     """
     b, m, k = logits.shape
     ce = F.cross_entropy(logits.reshape(b * m, k), y.repeat_interleave(m))

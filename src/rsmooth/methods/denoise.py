@@ -13,12 +13,13 @@ MSE denoiser).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, Optional, Tuple
+from typing import ClassVar, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..presets_table import PAPER_HYPERPARAMETERS, PAPER_SIGMAS  # noqa: F401 (the paper's settings, with the presets)
 from .base import METHODS, Batch, Method, StepContext
 
 
@@ -116,36 +117,3 @@ class DenoiseStab(_Denoise):
         stats = {"acc_noisy": (logits.argmax(1) == batch.y).float().mean(),
                  "agree": (logits.argmax(1) == clean.argmax(1)).float().mean()}
         return denoise_stab_loss(logits, clean), stats
-
-
-#: What Salman et al. 2020 (arXiv 2003.01908) ran, read from the authors' code
-#: (microsoft/denoised-smoothing): ``code/train_denoiser.py`` defaults and the run names in
-#: ``code/analyze.py``.  ``init`` is where D starts: fresh weights, or the MSE denoiser of the
-#: same sigma ("Stab+MSE" in the paper).  The classifier is frozen throughout.
-PAPER_HYPERPARAMETERS: Dict[str, Dict[str, Dict[str, Any]]] = {
-    "denoise-mse": {
-        # cifar_dncnn, defaults of train_denoiser.py: Adam lr 1e-3, wd 1e-4, batch 256,
-        # 90 epochs, lr x0.1 every 30 (run name "dncnn/epochs_90")
-        "cifar10": dict(denoiser="dncnn", init="fresh", optimizer="adam", lr=1e-3,
-                        weight_decay=1e-4, batch_size=256, epochs=90, lr_step=30, lr_gamma=0.1),
-        # run name "imagenet_dncnn_5epoch_lr1e-4"; the rest (fresh start included) assumed
-        # from the script's defaults, not confirmed in the paper
-        "imagenet": dict(denoiser="dncnn", init="fresh", optimizer="adam", lr=1e-4,
-                         weight_decay=1e-4, batch_size=256, epochs=5, lr_step=30, lr_gamma=0.1),
-    },
-    "denoise-stab": {
-        # "Stab+MSE": fine-tune the MSE denoiser, grid {adam, sgd} x lr {1e-4, 1e-5}, 20 epochs,
-        # best of the grid reported (run names "finetune_smoothness_obj_{adam,sgd}_{1e-4,1e-5}_20epochs").
-        # The paper's "Stab" denoisers trained from scratch (Adam then SGD, five settings in its
-        # appendix, not read here) are left out.  Adam 1e-5 is rsmooth's pick from the grid (the
-        # code does not say which point won); batch size and weight decay are the defaults.
-        "cifar10": dict(denoiser="dncnn", init="denoise-mse", optimizer="adam", lr=1e-5,
-                        weight_decay=1e-4, batch_size=256, epochs=20, lr_step=30, lr_gamma=0.1),
-        # run name "imagenet_smoothness_obj_adam_1e-5_20epochs", labelled Stab+MSE in the plots
-        "imagenet": dict(denoiser="dncnn", init="denoise-mse", optimizer="adam", lr=1e-5,
-                         weight_decay=1e-4, batch_size=256, epochs=20, lr_step=30, lr_gamma=0.1),
-    },
-}
-
-#: the noise levels of every table and figure of Salman et al. 2020 (arXiv 2003.01908)
-PAPER_SIGMAS = (0.12, 0.25, 0.5, 1.0)

@@ -17,8 +17,19 @@ from .base import METHODS, Batch, Method, StepContext
 def gaussian_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy CE(F(x + delta), y) over one noisy copy per image.
 
-    Jeong et al. 2022 eq. 5 (Cohen et al. 2019's training objective).  logits: [B x K] of the noisy
-    inputs; y: [B] labels.
+    Jeong et al. 2022 eq. 5 (Cohen et al. 2019's training objective).
+
+    Args:
+        logits: [B x K], f(x + delta) of one noisy copy of each image.
+        y: [B] labels.
+
+    Returns:
+        the mean cross-entropy (0-dim).
+
+    Example:
+        ```python
+        loss = gaussian_loss(model(x + sigma * torch.randn_like(x)), y)
+        ```
     """
     return F.cross_entropy(logits, y)
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import RsmoothError
 from ..fileio import atomic_write_bytes, naming, open_nofollow
+from ..smoothing.stats import MAX_COUNT, MAX_COUNT_TEXT, MAX_RADIUS, MAX_SIGMA
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -131,19 +132,23 @@ def _parse_row(line: str) -> Tuple[int, int, int, float, bool, float]:
     if correct != (predict == label):  # every public codebase writes int(prediction == label)
         raise ValueError(f"correct {correct_s} contradicts predict {predict} and label {label} "
                          f"(correct is predict == label)")
-    return idx, label, predict, radius, correct, _parse_time(time_s)
+    seconds = _parse_time(time_s)
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"time {time_s!r} must be a finite number of seconds >= 0")
+    return idx, label, predict, radius, correct, seconds
 
 
 def row_problem(idx: int, label: int, predict: int, radius: float) -> str:
-    """What makes a row impossible ("" when nothing): a negative idx or label, a predict below -1
-    (``ABSTAIN``), a radius that is not finite and >= 0, or an abstention with a radius (Cohen et
-    al.'s CERTIFY returns ``(ABSTAIN, 0.0)``)."""
-    if idx < 0 or label < 0:
-        return f"idx {idx} and label {label} must be >= 0"
-    if predict < -1:
-        return f"predict {predict} must be a class (>= 0) or -1 (abstain)"
-    if not (math.isfinite(radius) and radius >= 0.0):
-        return f"radius {radius!r} must be finite and >= 0"
+    """What makes a row impossible ("" when nothing): an idx or label outside 0..MAX_COUNT, a
+    predict outside -1 (``ABSTAIN``)..MAX_COUNT, a radius outside [0, MAX_RADIUS], or an abstention
+    with a radius (Cohen et al.'s CERTIFY returns ``(ABSTAIN, 0.0)``)."""
+    if not (0 <= idx <= MAX_COUNT and 0 <= label <= MAX_COUNT):
+        return f"idx {idx} and label {label} must be >= 0 and at most {MAX_COUNT_TEXT}"
+    if not -1 <= predict <= MAX_COUNT:
+        return f"predict {predict} must be a class (>= 0) or -1 (abstain), at most {MAX_COUNT_TEXT}"
+    if not 0.0 <= radius <= MAX_RADIUS:  # also refuses nan
+        return (f"radius {radius!r} must be finite, >= 0 and at most {MAX_RADIUS:g} (sigma <= 10 certifies "
+                f"at most 83 in float64)")
     if predict == -1 and radius != 0.0:
         return f"an abstention (predict -1) certifies no radius, got radius {radius!r}"
     return ""
@@ -385,6 +390,19 @@ def read_sidecar(tsv_path: PathLike) -> Optional[dict]:
     """The sidecar JSON of ``tsv_path`` as a dict, or ``None`` if there is none.
 
     Invalid JSON or a top level that is not an object raise :class:`RsmoothError`.
+
+    Args:
+        tsv_path: a certify TSV; its sidecar is ``tsv_path + ".json"``.
+
+    Returns:
+        what ``certify`` recorded: dataset, arch, method, sigma, mode, n0, n, alpha,
+        num_examples, complete, the checkpoint's sha256, versions, ...; None without a sidecar.
+
+    Example:
+        ```python
+        meta = read_sidecar("runs/digits025/certify.tsv")
+        print(meta["sigma"], meta["n"], meta["alpha"], meta["complete"])
+        ```
     """
     path = sidecar_path(tsv_path)
     if not path.is_file():
@@ -392,15 +410,17 @@ def read_sidecar(tsv_path: PathLike) -> Optional[dict]:
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RsmoothError(f"{path}: invalid sidecar JSON: {e}") from None
+        raise RsmoothError(f"{path}: invalid sidecar JSON: {e}; {_REDO}") from None
     if not isinstance(meta, dict):
-        raise RsmoothError(f"{path}: sidecar JSON must be an object, got "
-                           f"{type(meta).__name__}")
+        raise RsmoothError(f"{path}: sidecar JSON must be an object, got {type(meta).__name__}; {_REDO}")
     wrong = next((f"{key} {meta[key]!r} {need}" for key, (ok, need) in _SIDECAR_FIELDS.items()
                   if meta.get(key) is not None and not ok(meta[key])), "")
     if wrong:
-        raise RsmoothError(f"{path}: damaged sidecar: {wrong}; rerun the certify command with --overwrite")
+        raise RsmoothError(f"{path}: damaged sidecar: {wrong}; {_REDO}")
     return meta
+
+
+_REDO = "rerun the certify command with --overwrite"
 
 
 def _number(v: Any) -> bool:
@@ -408,19 +428,19 @@ def _number(v: Any) -> bool:
 
 
 def _count(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+    return isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_COUNT
 
 
 #: the sidecar fields rsmooth computes with or extends: (whether a value other than null is sound, what it must be)
 _SIDECAR_FIELDS = {
-    "sigma": (lambda v: _number(v) and v > 0, "must be a number > 0"),
+    "sigma": (lambda v: _number(v) and 0 < v <= MAX_SIGMA, f"must be a number > 0, at most {MAX_SIGMA:g}"),
     "alpha": (lambda v: _number(v) and 0 < v < 1, "must be a number in (0, 1)"),
-    "n0": (_count, "must be an integer >= 1"),
-    "n": (_count, "must be an integer >= 1"),
-    "n_max": (_count, "must be an integer >= 1"),
-    "num_examples": (lambda v: _count(v) or v == 0, "must be an integer >= 0"),
-    "radii": (lambda v: isinstance(v, list) and all(_number(r) and r >= 0 for r in v),
-              "must be a list of numbers >= 0"),
+    "n0": (_count, f"must be an integer >= 1, at most {MAX_COUNT_TEXT}"),
+    "n": (_count, f"must be an integer >= 1, at most {MAX_COUNT_TEXT}"),
+    "n_max": (_count, f"must be an integer >= 1, at most {MAX_COUNT_TEXT}"),
+    "num_examples": (lambda v: _count(v) or v == 0, f"must be an integer >= 0, at most {MAX_COUNT_TEXT}"),
+    "radii": (lambda v: isinstance(v, list) and all(_number(r) and 0 <= r <= MAX_RADIUS for r in v),
+              f"must be a list of numbers >= 0, at most {MAX_RADIUS:g}"),
     "complete": (lambda v: isinstance(v, bool), "must be true or false"),
     "mode": (lambda v: isinstance(v, str), "must be a string"),
     "sessions": (lambda v: isinstance(v, list) and all(isinstance(e, dict) for e in v), "must be a list of objects"),

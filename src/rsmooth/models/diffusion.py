@@ -38,10 +38,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from ..errors import RsmoothError, check
+from ..errors import RsmoothError, check, first_line
+from .unet import check_schedule, load_ddpm
 
 #: how t* is picked when no schedule step matches 2 sigma exactly
 ROUNDINGS = ("nearest", "up")
+#: how far the realised sigma may be from sigma, as a factor either way: the schedules of the
+#: paper's models (linear 1000 steps, cosine 4000) match sigma 0.05 to 1 within 2%, a coarse
+#: one (50 steps) within 45%; a step further off denoises noise of another level than the input has
+LEVEL_FACTOR = 1.5
 
 
 def noise_ratios(alphas_cumprod: torch.Tensor) -> torch.Tensor:
@@ -54,9 +59,11 @@ def choose_timestep(alphas_cumprod: torch.Tensor, sigma: float, rounding: str = 
     """(t*, realised sigma): the step whose ratio sqrt((1 - abar_t)/abar_t) matches 2 sigma (Carlini
     et al. 2023, arXiv 2206.10550, Algorithm 1: the [-1, 1] scaling doubles sigma), the nearest one
     or (``rounding="up"``) the first at or above it; the realised sigma is that ratio / 2 in [0, 1]
-    pixel units.  A schedule whose noise never reaches 2 sigma is a one-line error."""
+    pixel units.  A schedule whose noise never reaches 2 sigma, or whose chosen step's realised sigma
+    is more than :data:`LEVEL_FACTOR` from sigma either way, is a one-line error (``alphas_cumprod``
+    as :func:`~rsmooth.models.unet.check_schedule` checks it)."""
     check(rounding in ROUNDINGS, f"timestep rounding must be one of {', '.join(ROUNDINGS)}, got {rounding!r}")
-    ratios = noise_ratios(alphas_cumprod)
+    ratios = noise_ratios(check_schedule(alphas_cumprod))
     target = 2 * float(sigma)
     top = float(ratios.max())
     check(top >= target * (1 - 1e-6), f"the diffusion schedule's noise never reaches sigma {sigma:g}: its largest "
@@ -66,7 +73,13 @@ def choose_timestep(alphas_cumprod: torch.Tensor, sigma: float, rounding: str = 
         t = int((ratios - target).abs().argmin())
     else:
         t = int(torch.nonzero(ratios >= target * (1 - 1e-6))[0])
-    return t, float(ratios[t]) / 2
+    realised = float(ratios[t]) / 2
+    check(max(realised / sigma, sigma / realised) <= LEVEL_FACTOR,
+          f"the diffusion schedule has no noise level near sigma {sigma:g}: its step t* = {t} of {len(ratios)} is at "
+          f"sigma {realised:.4g}, more than a factor {LEVEL_FACTOR:g} away (its levels run from "
+          f"{float(ratios[0]) / 2:.4g} to {top / 2:.4g} in [0, 1] pixels); certify at a sigma in that range or use "
+          f"a model whose schedule covers {sigma:g}")
+    return t, realised
 
 
 def reverse_timesteps(t_star: int, steps: int) -> List[int]:
@@ -122,9 +135,7 @@ class DiffusionDenoiser(nn.Module):
                  rounding: str = "nearest") -> None:
         super().__init__()
         self.eps_model = eps_model
-        self.abar = torch.as_tensor(alphas_cumprod, dtype=torch.float64).cpu()
-        check(self.abar.ndim == 1 and len(self.abar) > 0 and bool(((self.abar > 0) & (self.abar <= 1)).all()),
-              "alphas_cumprod must be a 1-D schedule of values in (0, 1]")
+        self.abar = check_schedule(alphas_cumprod)
         self._abar = self.abar.tolist()  # Python floats: the arithmetic traces to constants (--compile)
         self.t_star, self.realised_sigma = choose_timestep(self.abar, sigma, rounding)
         self.timesteps = reverse_timesteps(self.t_star, steps)
@@ -184,12 +195,14 @@ def load_diffusion(spec: str, *, class_label: Optional[int] = None) -> Tuple[Eps
     The caller names ``spec`` (a flag, an argument: never a file's record), so a factory is the
     user's choice (:mod:`rsmooth.trust`); :func:`rsmooth.engine.diffusion.with_diffusion` says so to
     the gate."""
+    check(not _missing_path(spec), f"--diffusion {spec}: no such file or folder (a diffusers hub id is org/name, "
+                                   f"without a file suffix)")
     record: Dict[str, Any] = {"diffusion": spec}
     if os.path.isfile(spec):
-        from .unet import load_ddpm
-
-        net, abar, _ = load_ddpm(spec)
+        net, abar, blob = load_ddpm(spec)
         record["diffusion_format"] = "rsmooth-ddpm"
+        if isinstance(blob.get("dataset"), str):
+            record["diffusion_dataset"] = blob["dataset"]
         kind, prediction = "plain", "epsilon"
     elif ":" in spec and not os.path.isdir(spec):
         net, abar, prediction = _from_factory(spec)
@@ -205,7 +218,22 @@ def load_diffusion(spec: str, *, class_label: Optional[int] = None) -> Tuple[Eps
           f"an epsilon-predicting model (prediction_type 'epsilon')")
     if class_label is not None:
         record["diffusion_class_label"] = class_label
-    return EpsilonModel(net.eval(), kind, class_label), torch.as_tensor(abar, dtype=torch.float64), record
+    abar = check_schedule(abar, f"--diffusion {spec}: its alphas_cumprod")
+    return EpsilonModel(net.eval(), kind, class_label), abar, record
+
+
+#: what a path to a model file ends with (a hub id has no such suffix)
+_FILE_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".pkl", ".tar")
+
+
+def _missing_path(spec: str) -> bool:
+    """Whether ``spec`` is a path with nothing there: it does not exist and looks like a path (a file
+    suffix, a leading ``.``, ``/`` or ``~``, a backslash, or more than one ``/``), not like a hub id
+    (``org/name``) or a ``module:factory``."""
+    if os.path.exists(spec):
+        return False
+    return (spec.startswith((".", "/", "~")) or "\\" in spec or spec.count("/") > 1
+            or os.path.splitext(spec)[1].lower() in _FILE_SUFFIXES)
 
 
 def _from_factory(spec: str) -> Tuple[nn.Module, Any, str]:
@@ -254,13 +282,76 @@ def _from_pretrained(cls: Any, spec: str, subfolder: str) -> Any:
 
 
 def diffusion_classifier(classifier: nn.Module, diffusion: str, sigma: float, *, steps: int = 1,
-                         rounding: str = "nearest", class_label: Optional[int] = None
+                         rounding: str = "nearest", class_label: Optional[int] = None,
+                         dataset: Optional[str] = None, other_dataset: bool = False
                          ) -> Tuple[nn.Module, Dict[str, Any]]:
     """(f(D(x)) as ``nn.Sequential(D, f)`` for :class:`~rsmooth.smoothing.Smooth`, what to record):
     ``classifier`` f takes [0, 1] pixels [B, C, H, W] (any model rsmooth loads), D is
     :class:`DiffusionDenoiser` of the model ``diffusion`` names (:func:`load_diffusion`) at
-    smoothing noise ``sigma``.  Both are frozen and in eval mode."""
+    smoothing noise ``sigma``, moved to f's device.  Both are frozen and in eval mode.
+
+    Args:
+        classifier: f, on [0, 1] pixels.
+        diffusion: a diffusers folder or cached hub id, rsmooth's DDPM file, or
+            ``package.module:factory``.
+        sigma: the smoothing noise, in [0, 1] pixel units.
+        steps: reverse steps from t* (1: one-shot denoising).
+        rounding: t* nearest to 2 sigma (``"nearest"``) or the first at or above it (``"up"``).
+        class_label: the label of a class-conditional model.
+        dataset: the images certified: a DDPM file that records another dataset is refused
+            unless ``other_dataset`` (a denoiser of other images makes the certificate true but
+            the accuracy meaningless), and D must take one image of that dataset's shape.
+        other_dataset: accept a DDPM file trained on another dataset.
+
+    Returns:
+        (the model f(D(x)), a dict of what to record: ``diffusion_t``,
+        ``diffusion_realised_sigma``, ...).
+
+    Example:
+        ```python
+        model, record = diffusion_classifier(f, "runs/ddpm.pt", sigma=0.5)
+        smooth = Smooth(model, num_classes=10, sigma=0.5)
+        ```
+    """
     eps, abar, record = load_diffusion(diffusion, class_label=class_label)
     denoiser = DiffusionDenoiser(eps, abar, sigma, steps, rounding)
+    denoiser.to(_device_of(classifier))
+    if dataset is not None:
+        _check_dataset(diffusion, record.get("diffusion_dataset"), dataset, other_dataset)
+        _check_input(denoiser, diffusion, dataset)
     model = nn.Sequential(denoiser, classifier).eval().requires_grad_(False)
     return model, {**record, **{f"diffusion_{k}": v for k, v in denoiser.info.items()}}
+
+
+def _check_dataset(spec: str, trained: Optional[str], dataset: str, other_dataset: bool) -> None:
+    """A model trained on ``trained`` (None: not recorded) denoises ``dataset``'s images (a published
+    corrupted copy counts as its clean dataset) or ``other_dataset`` says to use it anyway."""
+    from .factory import clean_dataset
+
+    check(trained is None or other_dataset or clean_dataset(trained) == clean_dataset(dataset),
+          f"--diffusion {spec} was trained on {trained}, not {dataset}: it denoises towards {trained} images "
+          f"(the certificate holds, the accuracy suffers); use a DDPM of {dataset}, or pass "
+          f"--diffusion-other-dataset to use it anyway")
+
+
+def _check_input(denoiser: "DiffusionDenoiser", spec: str, dataset: str) -> None:
+    """One pass of the epsilon model at t* on a grey image of ``dataset``'s shape (whatever the steps):
+    a model of another shape is a one-line error before any certification."""
+    from .factory import dataset_stats
+
+    shape = dataset_stats(dataset).input_shape
+    x = torch.full((1, *shape), 0.5, device=_device_of(denoiser))
+    try:
+        with torch.no_grad():
+            denoiser.eps_model(x, denoiser.t_star)
+    except RsmoothError:
+        raise
+    except Exception as e:  # the user's model may raise anything
+        raise RsmoothError(f"--diffusion {spec} fails on {dataset} images (shape {' x '.join(map(str, shape))}, "
+                           f"C x H x W): {first_line(e)}; use a diffusion model of that image shape") from e
+
+
+def _device_of(module: nn.Module) -> torch.device:
+    """The device of ``module``'s first parameter (the CPU when it has none)."""
+    param = next(module.parameters(), None)
+    return param.device if param is not None else torch.device("cpu")

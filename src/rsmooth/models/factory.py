@@ -62,10 +62,15 @@ _DEFAULT_ARCH: Dict[str, str] = {
 _CLEAN_OF = {"cifar10-c": "cifar10", "cifar100-c": "cifar100", "mnist-c": "mnist"}
 
 
+def clean_dataset(dataset: str) -> str:
+    """The dataset whose models certify ``dataset``: the clean one of a published corrupted set."""
+    return _CLEAN_OF.get(dataset, dataset)
+
+
 def dataset_stats(dataset: str) -> _DatasetStats:
     """(num_classes, input_shape, mean, std) of a dataset name; RsmoothError if unknown."""
     try:
-        return _DATASET_STATS[_CLEAN_OF.get(dataset, dataset)]
+        return _DATASET_STATS[clean_dataset(dataset)]
     except KeyError:
         raise RsmoothError(
             f"unknown dataset {dataset!r}; choose one of: {', '.join(sorted(_DATASET_STATS))}"
@@ -127,7 +132,7 @@ def register_arch(name: str, *, in_channels: int, input_size: Optional[Tuple[int
 def default_arch(dataset: str) -> str:
     """The architecture the papers use for ``dataset`` (e.g. LeNet for MNIST, ResNet-110 for CIFAR)."""
     dataset_stats(dataset)  # validates the name
-    return _DEFAULT_ARCH[_CLEAN_OF.get(dataset, dataset)]
+    return _DEFAULT_ARCH[clean_dataset(dataset)]
 
 
 ENTRY_POINT_GROUP = "rsmooth.models"
@@ -208,8 +213,8 @@ def resolve_arch(arch: str, *, search_cwd: bool = True) -> ArchSpec:
 def arch_ref(arch: str) -> str:
     """What a checkpoint records for ``arch``: ``module:qualname`` for a model registered with
     :func:`register_model` whose factory imports back (so a new process rebuilds it), else
-    ``arch`` itself."""
-    return resolve_arch(arch).ref or arch
+    ``arch`` itself (a ``module:factory`` is not imported to tell)."""
+    return arch if ":" in arch else resolve_arch(arch).ref or arch
 
 
 def arch_names() -> List[str]:

@@ -1,6 +1,6 @@
 """A small epsilon-predicting UNet, the DDPM objective and rsmooth's DDPM file, so diffusion
 denoised smoothing (:mod:`rsmooth.models.diffusion`) runs on a model trained on this machine
-(``bench/train_ddpm.py``) without downloads.
+(``python -m rsmooth.train_ddpm``) without downloads.
 
 The file is ``torch.save({"format": "rsmooth-ddpm", "unet": {in_channels, width}, "state_dict",
 "alphas_cumprod", ...})``, read back with ``weights_only=True``.
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import RsmoothError, check
+from ..errors import RsmoothError, check, first_line, unpickle_refusal
 
 FORMAT = "rsmooth-ddpm"
 
@@ -25,6 +25,28 @@ def linear_schedule(steps: int = 1000, beta_1: float = 1e-4, beta_T: float = 0.0
     in float64."""
     betas = torch.linspace(beta_1, beta_T, steps, dtype=torch.float64)
     return torch.cumprod(1 - betas, 0)
+
+
+def check_schedule(alphas_cumprod: Any, what: str = "alphas_cumprod") -> torch.Tensor:
+    """``alphas_cumprod`` as float64 [T] on the CPU, checked: a 1-D schedule of finite values in (0, 1)
+    that decreases strictly (abar_t = prod_{s <= t} (1 - beta_s), each beta_s in (0, 1): every step
+    adds noise).  ``what`` names it in the one-line error."""
+    try:
+        abar = torch.as_tensor(alphas_cumprod, dtype=torch.float64).detach().cpu()
+    except (TypeError, ValueError, RuntimeError):  # None, strings, ragged lists
+        abar = None
+    check(abar is not None and abar.ndim == 1 and len(abar) > 0,
+          f"{what} must be a 1-D schedule of numbers, got {type(alphas_cumprod).__name__}")
+    bad = (~(torch.isfinite(abar) & (abar > 0) & (abar < 1))).nonzero()
+    if len(bad):
+        t = int(bad[0])
+        raise RsmoothError(f"{what} must hold values in (0, 1); step {t} is {float(abar[t]):g}")
+    rises = (abar[1:] >= abar[:-1]).nonzero()
+    if len(rises):
+        t = int(rises[0]) + 1
+        raise RsmoothError(f"{what} must decrease strictly (every step adds noise); step {t} is "
+                           f"{float(abar[t]):g}, not below step {t - 1}'s {float(abar[t - 1]):g}")
+    return abar
 
 
 def ddpm_loss(model: nn.Module, x0: torch.Tensor, t: torch.Tensor, noise: torch.Tensor,
@@ -101,14 +123,45 @@ def save_ddpm(path: Union[str, Path], model: TinyUNet, alphas_cumprod: torch.Ten
 
 
 def load_ddpm(path: Union[str, Path]) -> Tuple[TinyUNet, torch.Tensor, Dict[str, Any]]:
-    """(model in eval mode, alphas_cumprod, the file's dict) of rsmooth's DDPM file; one-line errors."""
+    """(model in eval mode, alphas_cumprod float64 [T], the file's dict) of rsmooth's DDPM file,
+    every entry checked; one-line errors."""
+    where = f"--diffusion {path}"
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a truncated or foreign file raises anything
-        raise RsmoothError(f"--diffusion {path}: not a readable DDPM file ({type(e).__name__}: {e})") from e
+    except Exception as e:  # a truncated, foreign or pickled file raises anything
+        refused = unpickle_refusal(e)
+        why = (f": it needs to unpickle {refused}, which can run arbitrary code; rsmooth's DDPM file holds only "
+               f"tensors and plain values" if refused else f" ({type(e).__name__}: {first_line(e)})")
+        raise RsmoothError(f"{where}: not a readable DDPM file{why}") from None
     check(isinstance(blob, dict) and blob.get("format") == FORMAT,
-          f"--diffusion {path}: a file must be rsmooth's DDPM checkpoint (bench/train_ddpm.py); give a diffusers "
+          f"{where}: a file must be rsmooth's DDPM checkpoint (python -m rsmooth.train_ddpm); give a diffusers "
           f"folder or hub id, or a package.module:factory, for other models")
-    model = TinyUNet(**blob["unet"])
-    model.load_state_dict(blob["state_dict"])
-    return model.eval(), blob["alphas_cumprod"], blob
+    model = _unet_of(blob.get("unet"), where)
+    _load_state(model, blob.get("state_dict"), where)
+    return model.eval(), check_schedule(blob.get("alphas_cumprod"), f"{where}: its alphas_cumprod"), blob
+
+
+def _unet_of(config: Any, where: str) -> TinyUNet:
+    """The TinyUNet of a DDPM file's ``unet`` entry {in_channels, width}: positive ints, the width a
+    multiple of 8 (its GroupNorms have 8 groups)."""
+    ok = isinstance(config, dict) and set(config) == {"in_channels", "width"} \
+        and all(type(v) is int and v > 0 for v in config.values()) and config["width"] % 8 == 0
+    check(ok, f"{where}: its 'unet' entry must be {{'in_channels': C, 'width': W}} (positive integers, W a multiple "
+              f"of 8), got {str(config)[:80]}")
+    return TinyUNet(**config)
+
+
+def _load_state(model: TinyUNet, state: Any, where: str) -> None:
+    """Load a DDPM file's ``state_dict`` into ``model``: the same keys, each tensor of the same shape."""
+    check(isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values()),
+          f"{where}: its 'state_dict' must be a dict of tensors")
+    target = model.state_dict()
+    missing = sorted(set(target) - set(state))
+    unexpected = sorted(set(state) - set(target))
+    shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(target[k].shape)}" for k in target
+              if k in state and state[k].shape != target[k].shape]
+    problems = [f"{label} {', '.join(keys[:3])}{f', ... ({len(keys)} in all)' if len(keys) > 3 else ''}"
+                for label, keys in (("missing", missing), ("unexpected", unexpected), ("shape of", shapes)) if keys]
+    check(not problems, f"{where}: its state_dict does not fit its 'unet' entry {{'in_channels': "
+                        f"{model.inp.in_channels}, 'width': {model.width}}}: {'; '.join(problems)}")
+    model.load_state_dict(state)

@@ -83,7 +83,7 @@ class FileSummary:
         return decides(self.meta, radius)
 
     def to_dict(self) -> dict:
-        """One plain record (``pandas.DataFrame([s.to_dict() for s in summaries])`` works).
+        """One plain record (with ``pip install pandas``, ``pandas.DataFrame([s.to_dict() for s in summaries])`` works).
 
         Returns:
             a flat dict: label, path, mode, dataset, method, sigma, n0, n, n_max, alpha (sidecar;

@@ -232,7 +232,22 @@ def paper_rows_for(metas: Sequence[Optional[dict]], table_id: str) -> Tuple[List
     (all the table's rows, with a note, when none does), and the notes to print under the table.
     A row's hyperparameters must also match where the sidecar records them (``hparams`` or
     ``config.hparams``); where it does not, every row of that method and sigma matches.  A file
-    certified on a corrupted test set matches no clean table."""
+    certified on a corrupted test set matches no clean table.
+
+    Args:
+        metas: the sidecars of certify TSVs (:func:`~rsmooth.metrics.read_sidecar`; None where
+            a file has none).
+        table_id: a published table, e.g. ``"catrs:table4"`` (``rsmooth analyze --help`` lists them).
+
+    Returns:
+        (the matching :class:`PaperRow` s, the notes).
+
+    Example:
+        ```python
+        rows, notes = paper_rows_for([read_sidecar("certify.tsv")], "catrs:table4")
+        print(rows[0].label, rows[0].acr, rows[0].accuracy_at(0.5))
+        ```
+    """
     rows = paper_table(table_id)
     info = TABLE_INFO[table_id]
 

@@ -41,7 +41,7 @@ from .tables import check_format, ci_notes, format_table, table_radii
 
 
 def records(summaries: Sequence[FileSummary]) -> List[dict]:
-    """The summaries as plain dicts (:meth:`FileSummary.to_dict`), e.g. for ``pandas.DataFrame``.
+    """The summaries as plain dicts (:meth:`FileSummary.to_dict`), e.g. for ``pandas.DataFrame`` (``pip install pandas``).
 
     Args:
         summaries: what :func:`summarize` returns.
@@ -53,7 +53,7 @@ def records(summaries: Sequence[FileSummary]) -> List[dict]:
 
     Example:
         ```python
-        pandas.DataFrame(rsmooth.records(rsmooth.summarize(glob.glob("runs/*/certify.tsv"))))
+        pandas.DataFrame(rsmooth.records(rsmooth.summarize(glob.glob("runs/*/certify.tsv"))))   # pip install pandas
         ```
     """
     return [s.to_dict() for s in summaries]

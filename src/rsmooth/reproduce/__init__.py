@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from ..errors import RsmoothError, check
+from ..errors import RsmoothError, check, setting
 from ..fileio import atomic_write_text
 from ..paths import check_output_dir
 from .plan import Step, commands, plan
@@ -65,12 +65,16 @@ def _check_folder(out: Path, spec: TableSpec, budget: Budget) -> None:
               f"delete it to tie {out} to {spec.id} at budget {budget.name}")
         for k, v in mine.items():
             check(old.get(k) == v, f"{out} holds a reproduction of {old.get('table')} at budget {old.get('budget')}, "
-                  f"not {spec.id} at {budget.name}; choose another --out")
+                  f"not {spec.id} at {budget.name}; choose another {setting('out')}")
         return
     if record.exists():
         warnings.warn(f"{record} was empty (a run was stopped while writing it, before any step); "
                       f"it now ties {out} to {spec.id} at budget {budget.name}")
     atomic_write_text(record, json.dumps(mine, indent=1) + "\n")
+
+
+#: the most seeds and parallel steps a reproduction takes (each seed trains every row again)
+MAX_SEEDS, MAX_JOBS = 100, 256
 
 
 def reproduce(table: str, out: str, *, budget: str = "small", seeds: Optional[int] = None, jobs: int = 1,
@@ -91,8 +95,9 @@ def reproduce(table: str, out: str, *, budget: str = "small", seeds: Optional[in
         spec = select(spec, None if methods is None else list(methods), None if sigmas is None else list(sigmas))
     b = parse_budget(budget)
     seeds = spec.published_seeds if seeds is None else seeds
-    check(isinstance(seeds, int) and seeds >= 1, f"--seeds must be >= 1, got {seeds}")
-    check(isinstance(jobs, int) and jobs >= 1, f"--jobs must be >= 1, got {jobs}")
+    check(isinstance(seeds, int) and 1 <= seeds <= MAX_SEEDS,
+          f"--seeds must be 1 to {MAX_SEEDS} (the papers average over 5 at most), got {seeds}")
+    check(isinstance(jobs, int) and 1 <= jobs <= MAX_JOBS, f"--jobs must be 1 to {MAX_JOBS} (processes), got {jobs}")
     check(not (print_commands and collect), "--print-commands and --collect exclude each other; pick one")
     if device is not None and not (print_commands or collect):  # printed commands may run elsewhere
         from ..engine.checkpoint import resolve_device

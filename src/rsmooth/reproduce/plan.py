@@ -167,21 +167,19 @@ def plan(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path, *, da
 
 
 def done(step: Step) -> bool:
-    """Whether ``step``'s output is complete (a finished step run again only checks and returns)."""
-    import json
-
+    """Whether ``step``'s output is complete (a finished step run again only checks and returns);
+    a damaged checkpoint or sidecar is a one-line error naming it."""
+    if not step.out.exists():
+        return False
     if step.kind == "train":
-        if not step.out.exists():
-            return False
         from ..engine.checkpoint import read_checkpoint
 
-        ck = read_checkpoint(step.out)
-        return int(ck.get("epoch", 0)) >= int(ck.get("config", {}).get("epochs", 0) or 0) > 0
-    meta = Path(f"{step.out}.json")
-    try:
-        return step.out.exists() and bool(json.loads(meta.read_text()).get("complete"))
-    except (OSError, ValueError):
-        return False
+        ck = read_checkpoint(step.out)  # its entries' types checked
+        epochs = (ck.get("config") or {}).get("epochs")
+        return isinstance(epochs, int) and (ck.get("epoch") or 0) >= epochs > 0
+    from ..metrics import read_sidecar
+
+    return bool((read_sidecar(step.out) or {}).get("complete"))
 
 
 def commands(steps: Sequence[Step], folder: Optional[Path] = None) -> str:

@@ -21,6 +21,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 from ..engine.shards import CERTIFY, Shard, merge_certify, shard_names
 from ..errors import RsmoothError
 from ..fileio import open_nofollow
+from ..imports import rsmooth_command
 from ..progress import format_duration
 from .plan import Step, done
 
@@ -62,11 +63,11 @@ def left_shards(step: Step) -> int:
 
 
 def run_in_subprocess(argv: List[str]) -> int:
-    """Run one step as ``python -m rsmooth ARGV`` in a process of its own (killed if this one dies),
+    """Run one step as ``python -P -m rsmooth ARGV`` in a process of its own (killed if this one dies),
     its output on ours, and return its exit status; on Ctrl-C (which reaches it too) wait for it to
     stop cleanly.  ``rsmooth reproduce`` runs its steps in its own process instead (the CLI hands
     its ``main`` as ``run_step``)."""
-    proc = subprocess.Popen([sys.executable, "-m", "rsmooth", *argv],
+    proc = subprocess.Popen(rsmooth_command(argv),
                             preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     try:
         return proc.wait()
@@ -184,7 +185,7 @@ class _Pool:
     def _launch(self, task: Task) -> None:
         path = self.logs / task.log_name()
         with open_nofollow(path, "ab") as fh:
-            proc = subprocess.Popen([sys.executable, "-m", "rsmooth", *task.argv()], stdout=fh,
+            proc = subprocess.Popen(rsmooth_command(task.argv()), stdout=fh,
                                     stderr=subprocess.STDOUT, env=_child_env(self.jobs),
                                     preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         self.running[proc] = (task, path)

@@ -50,7 +50,7 @@ from typing import Any, Callable, Generator, List, Sequence, Tuple, Union
 import numpy as np
 
 from ..errors import RsmoothError, check
-from .stats import check_probability
+from .stats import MAX_RADIUS, check_probability
 
 #: default beta: the level of the upper bound that decides when a radius is not worth more samples
 FUTILITY = 0.05
@@ -328,7 +328,7 @@ class SequentialCertificate:
 
 
 def validate_radii(radii: Sequence[float]) -> Tuple[float, ...]:
-    """The radii as floats, or a one-line error unless they are one or more finite numbers >= 0."""
+    """The radii as floats, or a one-line error unless they are one or more numbers in [0, MAX_RADIUS]."""
     try:
         values = tuple(float(r) for r in radii)
     except (TypeError, ValueError):
@@ -336,6 +336,8 @@ def validate_radii(radii: Sequence[float]) -> Tuple[float, ...]:
                            f"got {radii!r}") from None
     check(len(values) > 0, "give at least one radius to decide (e.g. --radii 0.25 0.5 0.75)")
     check(all(math.isfinite(r) and r >= 0 for r in values), f"radii must be finite and >= 0, got {list(radii)}")
+    check(max(values) <= MAX_RADIUS, f"radii must be at most {MAX_RADIUS:g} (sigma <= 10 certifies at most 83), "
+                                     f"got {max(values)!r}")
     return values
 
 

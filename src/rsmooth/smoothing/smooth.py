@@ -331,7 +331,7 @@ class Smooth:
         """
         self._check_range(_validate_input(xs, 4, "xs"), "xs")
         num = validate_count("num", num)
-        batch_size = validate_count("batch_size", batch_size)
+        batch_size = validate_count("batch_size", batch_size, maximum=None)  # too large: says what to lower
         with self._eval():
             counts = self._count(xs, num, batch_size, generator)
         _refuse_nonfinite(int(counts[:, -1].sum()), xs.shape[0] * num)  # the one wait for the device
@@ -609,7 +609,7 @@ class Smooth:
         indices: Optional[Sequence[int]] = None,
         seed: int = 0,
     ) -> List[Dict[str, object]]:
-        """CERTIFY each image of a batch: one record per image, ready for ``pandas.DataFrame``.
+        """CERTIFY each image of a batch: one record per image (plain dicts).
 
         Image b is certified with noise from a generator seeded by ``(seed, indices[b])``
         exactly as ``rsmooth certify --seed`` seeds dataset example ``indices[b]``, so with the
@@ -633,7 +633,7 @@ class Smooth:
         Example:
             ```python
             records = Smooth(model, num_classes=10, sigma=0.25).certify_batch(xs, 100, 10_000, 0.001, 1000, labels=ys)
-            pandas.DataFrame(records)
+            pandas.DataFrame(records)   # pip install pandas: not a dependency of rsmooth
             ```
         """
         from ..engine.seeding import generator, validate_seed

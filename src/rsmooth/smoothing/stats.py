@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Optional
 
 
 from ..errors import RsmoothError, check
@@ -30,8 +31,17 @@ def validate_alpha(alpha: float) -> float:
     return check_probability("alpha", alpha, "0.001")
 
 
-def validate_count(name: str, value: int, minimum: int = 1) -> int:
-    """Return a count as int, or raise unless it is an integer >= ``minimum``.
+#: the largest count (samples, examples, batch size, epochs, ...) and index accepted: 2**40, about
+#: 1.1e12, far above any run's (the papers draw n = 1e5 samples per image), while n votes summed over
+#: 2**23 examples still fit int64 and every count is exact in float64 (the confidence bounds' input)
+MAX_COUNT = 2 ** 40
+#: MAX_COUNT as the errors write it
+MAX_COUNT_TEXT = "2**40 (1,099,511,627,776)"
+
+
+def validate_count(name: str, value: int, minimum: int = 1, maximum: Optional[int] = MAX_COUNT) -> int:
+    """Return a count as int, or raise unless it is an integer in [``minimum``, ``maximum``]
+    (``maximum`` None: no upper limit).
 
     Accepts Python and NumPy integers and integer-valued floats (``1e5``); refuses ``None``,
     ``bool``, strings and fractions (``2.7`` is not silently truncated).
@@ -40,6 +50,9 @@ def validate_count(name: str, value: int, minimum: int = 1) -> int:
         isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer())
     check(integral and not isinstance(value, bool), f"{name} must be an integer, got {value!r}")
     check(int(value) >= minimum, f"{name} must be >= {minimum}, got {value!r}")
+    if maximum is not None and int(value) > maximum:
+        limit = MAX_COUNT_TEXT if maximum == MAX_COUNT else f"{maximum:,}"
+        raise RsmoothError(f"{name} must be at most {limit}, got {int(value)}; lower it")
     return int(value)
 
 
@@ -104,6 +117,9 @@ def max_certifiable_radius(n: int, alpha: float, sigma: float) -> float:
 
 #: the largest sigma accepted: images are in [0, 1], so noise of std 10 already drowns them
 MAX_SIGMA = 10.0
+#: the largest radius a certificate can have: sigma <= MAX_SIGMA times Phi^-1 of a float64
+#: probability below 1, which is at most 8.3 (so at most 83; the papers' radii stay below 5)
+MAX_RADIUS = 100.0
 
 
 def validate_sigma(sigma: float) -> float:
