@@ -85,3 +85,42 @@ def test_pipeline_checks_the_certify_options_before_the_first_step(tmp_path):
     with pytest.raises(RsmoothError, match="batch_size must be >= 1, got 0"):
         run_pipeline(str(tmp_path / "p"), certify_options={"batch_size": 0}, log=QUIET["log"])
     assert time.perf_counter() - t0 < 1.0 and list(tmp_path.iterdir()) == []
+
+
+# -- issue 37, item 16: the cost a run will take, told before it starts ---------------------------
+
+def test_i37_the_first_line_is_the_estimate_and_a_resume_counts_what_is_left(ckpt, tmp_path):
+    lines = []
+    kw = dict(n0=10, n=50, batch_size=64, **MODEL, progress=False, log=lines.append)
+    out = run_certification(str(ckpt), str(tmp_path / "c.tsv"), max=5, **kw)
+    assert lines[0].startswith("estimate: 5 images x 60 samples = 300 samples at ")
+    assert " samples/s (measured on cpu, batch 64): about " in lines[0]
+    out.write_text("".join(out.read_text().splitlines(keepends=True)[:3]))  # killed after 2 rows
+    lines.clear()
+    run_certification(str(ckpt), str(out), max=5, **kw)
+    assert lines[0].startswith("continuing ") and lines[1].startswith("estimate: 3 images x 60 samples")
+
+
+def test_i37_estimate_line_arithmetic():
+    from rsmooth.engine.certify import estimate_line
+
+    line = estimate_line(10_000, 100_100, 3120.0, "cpu", 256)  # 320,833 s
+    assert line == ("estimate: 10,000 images x 100,100 samples = 1e+09 samples at 3,120 samples/s (measured on "
+                    "cpu, batch 256): about 89h07m")
+    assert estimate_line(3, 1000, 100.0, "cuda:0", 512, at_most=True).endswith("about 30s at most")
+
+
+def test_i37_the_tuner_stops_trying_larger_batches_after_tune_time(monkeypatch):
+    """A clock on which every reading is 3 s later: after 64 (3 s) 128 is tried, after 128 (6 s)
+    nothing larger, though each size doubles the rate (without the limit: 1,024)."""
+    import itertools
+    import types
+
+    import rsmooth.smoothing.tuning as tuning_module
+
+    ticks = itertools.count()
+    monkeypatch.setattr(tuning_module, "time", types.SimpleNamespace(perf_counter=lambda: 3.0 * next(ticks)))
+    monkeypatch.setattr(tuning_module, "_rate", lambda smooth, x, b: float(b))
+    smooth, tuning = tuning_module.fastest(create_model("digits_cnn", "digits"), 10, 0.25, torch.zeros(1, 8, 8),
+                                           channels_last=False, samples=10 ** 7)
+    assert tuning_module.TUNE_TIME == 4.0 and tuning.batch_size == 128 and tuning.rate == 128.0

@@ -32,7 +32,7 @@ def test_cli_certifies_behind_the_diffusion_model_and_records_it(files, tmp_path
     printed = capsys.readouterr().out
     t, realised = choose_timestep(linear_schedule(1000), 0.25)
     assert f"diffusion: sigma 0.25 -> t* = {t} of 1000 (realised sigma {realised:.4g}); 1 UNet pass(es)" in printed
-    assert "3 example(s) x 50 samples: about" in printed
+    assert "estimate: 3 images x 50 samples = 150 samples at " in printed
     meta = read_sidecar(out)
     assert meta["diffusion"] == str(files / "ddpm.pt") and len(meta["diffusion_sha256"]) == 64
     assert (meta["diffusion_t"], meta["diffusion_realised_sigma"], meta["diffusion_steps"]) == (t, realised, 1)
@@ -103,5 +103,6 @@ def test_sequential_and_bf16_run_behind_the_diffusion_model(files, tmp_path):
     run = {**RUN, "log": lines.append, "n": None}
     out = run_certification(str(files / "model.pt"), str(tmp_path / "s.tsv"), diffusion=str(files / "ddpm.pt"),
                             mode="sequential", radii=[0.1], n_max=60, precision="bf16", **run)
-    assert any(line.startswith("diffusion: sigma 0.25") and line.endswith(" at most") for line in lines)
+    assert any(line.startswith("diffusion: sigma 0.25") for line in lines)
+    assert any(line.startswith("estimate: 3 images x ") and line.endswith(" at most") for line in lines)
     assert read_sidecar(out)["diffusion_steps"] == 1 and len(read_certify_tsv(out)) == 3

@@ -122,7 +122,8 @@ def test_certify_in_a_log_file_beats_and_ends_with_a_summary(model, tmp_path, ca
     out = tmp_path / "c.tsv"
     argv = ["certify", "--checkpoint", str(model), "--n", "200", "--n0", "20", "--max", "3", "--out", str(out)]
     assert main([*argv, "--heartbeat", "1e-9"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    estimate, *lines = capsys.readouterr().out.splitlines()
+    assert estimate.startswith("estimate: 3 images x 220 samples = 660 samples at ")
     assert [ln.split(",")[0] for ln in lines[:2]] == ["certify: 1/3 examples (33.3%)", "certify: 2/3 examples (66.7%)"]
     assert "samples/s" in lines[0] and "eta" in lines[0]
     assert lines[2].startswith("certify: 3 examples, smoothed accuracy ") and "ACR" in lines[2]

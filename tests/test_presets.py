@@ -172,3 +172,24 @@ def test_cli_flags_override_the_preset():
     assert (c.dataset, c.method, c.arch, c.lr, c.lr_step, c.batch_size, c.nesterov) == \
         (p.dataset, p.method, p.config["arch"], 0.01, 30, 256, False)
     assert c.resolved().epochs == 2
+
+
+# -- issue 37, item 17: a plain `train --dataset D` trains D's Gaussian preset's schedule ----------
+
+@pytest.mark.parametrize("dataset", ["mnist", "fashion-mnist", "cifar10", "cifar100", "imagenet"])
+def test_i37_plain_train_defaults_are_the_gaussian_presets_schedule(dataset):
+    preset = get_preset(f"{dataset}/gaussian/{'1.00' if dataset == 'imagenet' else '0.25'}").config
+    parser = build_parser()
+    plain = train_config_from_args(parser.parse_args(["train", "--dataset", dataset, "--out", "x"])).resolved()
+    assert (plain.arch, plain.lr, plain.epochs, plain.lr_step) == (
+        preset["arch"], preset["lr"], preset["epochs"], preset["lr_step"])
+
+
+def test_i37_fashion_mnist_defaults_are_90_epochs_and_explicit_values_are_kept():
+    assert (TrainConfig(dataset="fashion-mnist").resolved().epochs, TrainConfig(dataset="mnist").resolved().lr_step) \
+        == (90, 30)
+    kept = TrainConfig(dataset="fashion-mnist", epochs=150, lr_step=50).resolved()
+    assert (kept.epochs, kept.lr_step) == (150, 50)  # what a reproduction that passed them trains
+    assert (get_preset("fashion-mnist/catrs/0.50").config["epochs"], get_preset("mnist/catrs/0.25").config["lr_step"]) \
+        == (150, 50)  # CAT-RS's own schedule, unchanged
+    assert TrainConfig(dataset="digits").resolved().epochs == 30

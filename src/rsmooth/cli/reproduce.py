@@ -18,11 +18,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "command after a kill to continue. " + UNITS)
     rp.add_argument("table", nargs="?", help="e.g. catrs:table4 (Jeong, Kim, Shin 2023, CAT-RS, arXiv 2212.09000, "
                     "Table 4: Fashion-MNIST); --list shows them all")
-    rp.add_argument("--list", action="store_true", help="list the tables, what each trains and the data it needs")
+    rp.add_argument("--list", action="store_true", help="list the tables, what each trains and the data it needs, "
+                    "GPU-hours at the paper budget and the wall time on a 2-core CPU at --budget")
     rp.add_argument("--out", help="output folder (one table and budget per folder)")
     rp.add_argument("--budget", default="small",
                     help="paper (the published protocol), small (default: epochs x0.1, 1/6 of the training set, "
-                    "targets and n x0.1, every 10th test example) or smoke (x1/30, 1/20, x0.01); a factor may be "
+                    "targets and n x0.1, every 10th test example) or smoke (every step at its least: 1 epoch, 0.2%% of the "
+                    "training set, targets and n x0.001, every 500th test example: a table in minutes on a CPU); a "
+                    "factor may be "
                     "changed: small,epochs=0.05,train=0.1,targets=0.02,n=0.02,test=0.02. The table's caption states it")
     rp.add_argument("--seeds", type=integer, help="train every row with seeds 0..N-1 and show mean +- std "
                     "(default: as many as the published values are over: 5 for catrs:table12, else 1)")
@@ -47,7 +50,7 @@ def run(args: argparse.Namespace) -> None:
     from ..reproduce import list_tables, reproduce
 
     if args.list:
-        print(list_tables())
+        print(list_tables(args.budget))
         return
     if not args.table or not args.out:
         raise RsmoothError("reproduce needs TABLE and --out DIR (or --list to see the tables)")

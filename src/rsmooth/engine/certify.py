@@ -35,20 +35,20 @@ from ..smoothing import (Smooth, max_certifiable_radius, validate_alpha, validat
                          validate_precision, validate_sigma)
 from ..smoothing.packing import NOISE_BLOCK
 from ..smoothing.procedures import Adaptive, Certify, Predict, Procedure, Sequential
-from ..smoothing.tuning import Tuning, fastest
+from ..smoothing.tuning import Tuning, fastest, sample_rate
 from ..smoothing.sequential import (CONFIDENCE_SEQUENCE, FUTILITY, SequentialCertificate, largest_radius,
                                     validate_futility, validate_radii, validate_radius_tol,
                                     validate_sequential_alpha)
 from . import distributed
 from .checkpoint import (LoadedModel, file_sha256, git_commit, load_model, resolve_checkpoint_path,
                          resolve_device, versions)
-from .diffusion import log_cost, with_diffusion
+from .diffusion import log_diffusion, with_diffusion
 from .seeding import generator, validate_seed
 from .seqfile import SEQUENTIAL_MODES, SeqWriter, adopt_legacy, seq_rows, sequential_path, write_seq_rows
 from .sessions import past_sessions, session
 from .shards import (CERTIFY, RUN_IDENTITY, clean_merged, identity_diff, lock_path, merge_certify, parse_shard,
                      shard_path, shard_share, sort_rows)
-from ..progress import Heartbeat, emit, heartbeat_interval, progress_bar
+from ..progress import Heartbeat, emit, format_duration, heartbeat_interval, progress_bar
 
 if TYPE_CHECKING:
     import torch
@@ -293,6 +293,7 @@ class Resolved:
     meta: Dict[str, Any]
     log: Callable[[str], None]
     progress: bool
+    rate: float  # samples/s of the tuner's timed passes at the run's batch size and format
 
     @property
     def out(self) -> Path:
@@ -361,13 +362,14 @@ def resolve(job: CertifyJob) -> Resolved:
                              compile=job.compile, batch_size=job.batch_size, channels_last=job.channels_last,
                              samples=examples * procedure.max_samples())
     if "measured" in tuning.how.values():
-        log(f"measured on {dev}: {tuning.batch_size} noisy inputs per forward pass, "
-            f"{'channels-last' if tuning.channels_last else 'NCHW'}{'; ' + tuning.note if tuning.note else ''}")
+        emit(f"measured on {dev}: {tuning.batch_size} noisy inputs per forward pass, "
+             f"{'channels-last' if tuning.channels_last else 'NCHW'}{'; ' + tuning.note if tuning.note else ''}", log)
+    rate = tuning.rate or sample_rate(smooth, data[indices[0]][0], tuning.batch_size)
     meta = {**_identity(job, loaded, data, smooth, tuning, indices, dev), **diffusion}
     if diffusion:
-        log_cost(model, data[indices[0]][0], sigma, diffusion, log, batch_size=tuning.batch_size,
-                 samples=procedure.max_samples(), examples=examples, at_most=job.sequential)
-    return Resolved(job, world, shard, dev, smooth, procedure, tuning.batch_size, data, indices, meta, log, progress)
+        log_diffusion(diffusion, sigma, log)
+    return Resolved(job, world, shard, dev, smooth, procedure, tuning.batch_size, data, indices, meta, log, progress,
+                    rate)
 
 
 def _identity(job: CertifyJob, loaded: LoadedModel, data: "Dataset", smooth: Smooth, tuning: Tuning,
@@ -578,6 +580,8 @@ def _certify_into(r: Resolved, out_path: Path, indices: List[int], meta: dict,
             if resume and writer.done_indices:
                 r.log(f"continuing {out_path}: {len(indices) - len(todo)} of {len(indices)} examples done")
             if todo:
+                emit(estimate_line(len(todo), r.procedure.max_samples(), r.rate, r.device, r.batch_size,
+                                   at_most=sequential), r.log)
                 where = {"done": len(indices) - len(todo)}
                 meta["sessions"].append(session(where, {k: meta.get(k) for k in SESSION_FIELDS}))
                 write_sidecar(out_path, {**meta, "complete": False})
@@ -596,6 +600,17 @@ def _certify_into(r: Resolved, out_path: Path, indices: List[int], meta: dict,
         meta["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
         write_sidecar(out_path, {**meta, "complete": True})
     return len(todo) if count_todo else out_path
+
+
+def estimate_line(examples: int, samples: int, rate: float, device: "torch.device", batch_size: int, *,
+                  at_most: bool = False) -> str:
+    """The line a run prints before its work: ``examples`` images x ``samples`` noise samples each
+    (at most, in the sequential modes) at ``rate`` samples/s measured on ``device``, and the wall
+    time that makes."""
+    total = examples * samples
+    return (f"estimate: {examples:,} images x {samples:,} samples = {total:.3g} samples at {rate:,.0f} samples/s "
+            f"(measured on {device}, batch {batch_size}): about {format_duration(total / max(rate, 1e-9))}"
+            f"{' at most' if at_most else ''}")
 
 
 #: what each invocation that certified into a file records in its sidecar's ``sessions``

@@ -1,18 +1,16 @@
 """Certification behind a diffusion denoiser (``rsmooth certify --diffusion``; Carlini et al. 2023,
 arXiv 2206.10550): the classifier a job loads is wrapped as f(D(x)) before ``Smooth`` is built
 (:func:`rsmooth.models.diffusion.diffusion_classifier`), what the run used is recorded in the
-sidecar, and the cost per noise sample is measured and the run's time estimated before it starts."""
+sidecar, and the run's time is estimated before it starts as every run's is (from the sampler's
+timed passes of f(D(x)))."""
 from __future__ import annotations
 
-import datetime
 import os
-import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Tuple
 
 from .checkpoint import file_sha256
 
 if TYPE_CHECKING:
-    import torch
     from torch import nn
 
     from .certify import CertifyJob
@@ -39,27 +37,9 @@ def with_diffusion(model: "nn.Module", job: "CertifyJob", sigma: float,
     return wrapped, record
 
 
-def log_cost(model: "nn.Module", x: "torch.Tensor", sigma: float, record: Dict[str, Any],
-             log: Callable[[str], None], *, batch_size: int, samples: int, examples: int, at_most: bool) -> float:
-    """Time one batch of noisy copies of ``x`` [C, H, W] through ``model`` (after a warm-up pass),
-    log the seconds per noise sample and the estimate for ``examples`` examples of at most
-    ``samples`` samples each; returns the seconds per sample."""
-    import torch
-
-    batch = min(batch_size, samples)
-    param = next(model.parameters(), None)
-    xs = x.to(param.device if param is not None else "cpu").unsqueeze(0).expand(batch, *x.shape)
-    with torch.no_grad():
-        model(xs[:1])
-        start = time.perf_counter()
-        model(xs)
-        if xs.is_cuda:
-            torch.cuda.synchronize()
-        per_sample = (time.perf_counter() - start) / batch
-    total = per_sample * samples * examples
+def log_diffusion(record: Dict[str, Any], sigma: float, log: Callable[[str], None]) -> None:
+    """Log what the denoiser does at ``sigma``: t*, the realised sigma and the passes per noise
+    sample (the run's estimate line, :func:`rsmooth.engine.certify.estimate_line`, times them)."""
     log(f"diffusion: sigma {sigma:g} -> t* = {record['diffusion_t']} of {record['diffusion_schedule_steps']} "
         f"(realised sigma {record['diffusion_realised_sigma']:.4g}); {record['diffusion_steps']} UNet pass(es) + "
-        f"1 classifier pass per noise sample: {per_sample * 1e3:.3g} ms per sample (measured in fp32, batch "
-        f"{batch}); {examples} example(s) x {samples:,} samples: about "
-        f"{datetime.timedelta(seconds=round(total))}{' at most' if at_most else ''}")
-    return per_sample
+        f"1 classifier pass per noise sample")

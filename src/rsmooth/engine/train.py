@@ -44,6 +44,7 @@ from ..errors import RsmoothError, check, setting
 from ..fileio import atomic_write_bytes, naming, open_nofollow, remove_stale_temps, run_lock
 from ..methods import METHODS, Batch, Method, StepContext, create_method
 from ..paths import check_output_dir
+from ..presets_table import SCHEDULES
 from ..progress import Heartbeat, format_duration, progress_bar
 from ..smoothing.stats import validate_count
 from .callbacks import CallbackList, as_callbacks
@@ -55,15 +56,11 @@ from .preempt import CheckpointClock, StopSignals, parse_checkpoint_every
 from .seeding import derive_seed, generator, validate_seed
 from .sessions import past_sessions, session
 
-#: learning rate and epochs when none is given (the CAT-RS authors' scripts); presets refine
-#: these per paper
+#: learning rate and schedule when none is given: each dataset's paper schedule, the one its
+#: Gaussian preset trains with (presets_table.SCHEDULES); digits, rsmooth's own, trains in seconds
 DATASET_DEFAULTS: Dict[str, Dict[str, Any]] = {
     "digits": {"lr": 0.05, "epochs": 30, "lr_step": 20},
-    "mnist": {"lr": 0.01, "epochs": 150, "lr_step": 50},
-    "fashion-mnist": {"lr": 0.01, "epochs": 150, "lr_step": 50},
-    "cifar10": {"lr": 0.1, "epochs": 150, "lr_step": 50},
-    "cifar100": {"lr": 0.1, "epochs": 150, "lr_step": 50},
-    "imagenet": {"lr": 0.1, "epochs": 90, "lr_step": 30},
+    **{d: {k: s[k] for k in ("lr", "epochs", "lr_step")} for d, s in SCHEDULES.items()},
 }
 
 #: config fields that must not change when a run is resumed

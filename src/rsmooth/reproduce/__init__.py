@@ -26,25 +26,27 @@ __all__ = ["BUDGETS", "TABLES", "Budget", "Row", "Step", "TableSpec", "get_table
            "plan", "reproduce"]
 
 
-def list_tables() -> str:
-    """What ``rsmooth reproduce --list`` prints: each table, what it trains, what it needs and the
-    work at the paper budget (:mod:`rsmooth.reproduce.cost`)."""
-    from .cost import assumption, describe, estimate
+def list_tables(budget: str = "small") -> str:
+    """What ``rsmooth reproduce --list`` prints: each table, what it trains, what it needs, the work
+    at the paper budget and the wall time on a CPU at ``budget`` (:mod:`rsmooth.reproduce.cost`)."""
+    from .cost import assumption, describe, describe_cpu, estimate
     from .plan import needs_targets
 
+    b = parse_budget(budget)
     out = []
     for table_id in TABLES.names():
         spec = get_table(table_id)
         targets = any(needs_targets(r) for r in spec.rows)
         sigmas = sorted({r.sigma for r in spec.rows})
-        seeds = spec.published_seeds
+        seeds = list(range(spec.published_seeds))
         out.append(f"{table_id}: {spec.title}\n    trains {len(spec.rows)} models per seed "
                    f"({len({r.method for r in spec.rows})} methods, sigma {', '.join(f'{s:g}' for s in sigmas)})"
                    + (" + the sigma0 = 0.25 Gaussian model's consistency targets" if targets else "")
                    + f"; data: {', '.join(spec.datasets)}"
                    + (f"; not reproduced: {len(spec.not_reproduced)} printed rows" if spec.not_reproduced else "")
-                   + f"\n    work at the paper budget, {seeds} seed{'s' * (seeds > 1)}: "
-                   + describe(estimate(spec, BUDGETS["paper"], list(range(seeds)))))
+                   + f"\n    work at the paper budget, {len(seeds)} seed{'s' * (len(seeds) > 1)}: "
+                   + describe(estimate(spec, BUDGETS["paper"], seeds))
+                   + f"\n    {describe_cpu(estimate(spec, b, seeds), b)}")
     return "\n".join(out + [assumption()])
 
 
@@ -118,5 +120,8 @@ def reproduce(table: str, out: str, *, budget: str = "small", seeds: Optional[in
     if print_commands:
         return commands(steps, root / "commands")
     if not collect:
+        from .cost import describe_cpu, estimate
+
+        log(f"{spec.id}, {len(seed_list)} seed(s): {describe_cpu(estimate(spec, b, seed_list), b)}")
         run_steps(steps, jobs, root / "logs", log, run_step)
     return render(spec, b, seed_list, root, _train_sizes(spec, b, data_dir))

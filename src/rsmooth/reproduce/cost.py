@@ -1,12 +1,15 @@
 """What a reproduction costs: image passes through the base classifier of every step of its plan
 (training: forward + backward, an attack step counting as one; consistency targets and
-certification: forward only) and GPU-hours under a stated throughput assumption.
+certification: forward only), GPU-hours under a stated throughput assumption, and the wall time
+on a 2-core CPU from measured rates.
 
 The passes are counted from the very commands :func:`rsmooth.reproduce.plan.plan` runs (epochs,
 training-set size, each method's noise samples and attack steps, n0 + n per certified example),
 so they follow the table's presets and the budget.  The GPU-hours rest on
 :data:`ASSUMED_THROUGHPUT`, an assumption (not a measurement): data loading and the evaluation
-after each epoch are not counted.
+after each epoch are not counted.  The CPU time rests on :data:`CPU_THROUGHPUT` and
+:data:`CPU_STEP_SECONDS`, fitted to a smoke reproduction's step times
+(``bench/reproduce_cpu_cost.py``; BENCHMARKS.md, "Costs told before they are paid").
 """
 from __future__ import annotations
 
@@ -27,6 +30,29 @@ ASSUMED_THROUGHPUT: Dict[str, Tuple[float, float]] = {
     "cifar_densenet40": (3_000, 9_000),
     "resnet50": (1_000, 3_000),
 }
+
+
+#: images per second on this project's 2-core CPU shared with other jobs (load average 8-10;
+#: torch 2.13, fp32, the steps run by ``rsmooth reproduce``): (training, forward only).  MEASURED
+#: for lenet: training a least-squares fit of the 21 train steps of ``reproduce catrs:table4
+#: --budget smoke`` (every method, so an average over their pass costs), forward the median
+#: samples/s of its 21 certifications (bench/reproduce_cpu_cost.py; BENCHMARKS.md).  Another
+#: architecture gets lenet's scaled by its :data:`ASSUMED_THROUGHPUT` relative to lenet's (an
+#: extrapolation, not a measurement).  An idle machine is several times faster.
+CPU_THROUGHPUT: Dict[str, Tuple[float, float]] = {"lenet": (72.0, 367.0)}
+#: seconds a step takes besides its passes (reading the data, building the model, evaluating,
+#: writing the run), by kind: fitted with CPU_THROUGHPUT
+CPU_STEP_SECONDS: Dict[str, float] = {"train": 4.8, "targets": 3.7, "certify": 7.1}
+
+
+def cpu_rate(arch: str, kind: str) -> float:
+    """Images/s of ``kind`` (train: forward + backward; targets, certify: forward) of ``arch`` on
+    the reference CPU (:data:`CPU_THROUGHPUT`, else lenet's scaled by the assumed GPU throughputs)."""
+    col = 0 if kind == "train" else 1
+    if arch in CPU_THROUGHPUT:
+        return CPU_THROUGHPUT[arch][col]
+    ratio = ASSUMED_THROUGHPUT.get(arch, ASSUMED_THROUGHPUT["resnet50"])[col] / ASSUMED_THROUGHPUT["lenet"][col]
+    return CPU_THROUGHPUT["lenet"][col] * ratio
 
 
 def _copies(hp: Dict[str, Any]) -> int:
@@ -73,9 +99,13 @@ class Work:
     certify: float = 0.0
     seconds: Dict[str, float] = field(default_factory=dict)
     unknown: List[str] = field(default_factory=list)  # architectures without an assumed throughput
+    cpu_seconds: float = 0.0  # on the reference CPU (:func:`cpu_seconds`), every step one after another
+    steps: int = 0
 
     def add(self, kind: str, passes: float, arch: str) -> None:
         setattr(self, kind, getattr(self, kind) + passes)
+        self.cpu_seconds += cpu_seconds(kind, passes, arch)
+        self.steps += 1
         rates = ASSUMED_THROUGHPUT.get(arch)
         if rates is None:
             self.unknown = sorted({*self.unknown, arch})
@@ -88,32 +118,47 @@ class Work:
         return None if self.unknown else sum(self.seconds.values()) / 3600
 
 
+def cpu_seconds(kind: str, passes: float, arch: str) -> float:
+    """Seconds one step of ``kind`` with ``passes`` image passes of ``arch`` takes on the reference CPU."""
+    return CPU_STEP_SECONDS[kind] + passes / cpu_rate(arch, kind)
+
+
 def estimate(spec: TableSpec, budget: Budget, seeds: Sequence[int]) -> Work:
     """The passes of every step :func:`~rsmooth.reproduce.plan.plan` makes for ``spec`` under
     ``budget`` and ``seeds`` (needs no data: the published sizes of the datasets), from the
     settings each step's command sets (:attr:`~rsmooth.reproduce.plan.Step.settings`)."""
-    from ..data import certify_indices
     from .plan import plan
 
     work = Work()
+    for _, kind, passes, arch in step_passes(plan(spec, budget, seeds, Path("OUT"))):
+        work.add(kind, passes, arch)
+    return work
+
+
+def step_passes(steps: Sequence[Any]) -> List[Tuple[Any, str, float, str]]:
+    """(step, kind, image passes, architecture) of each of ``steps`` (a plan, in dependency order),
+    from the settings each step's command sets (:attr:`~rsmooth.reproduce.plan.Step.settings`)."""
+    from ..data import certify_indices
+
+    out = []
     trained: Dict[Path, Tuple[str, str]] = {}  # checkpoint -> (dataset, arch)
-    for step in plan(spec, budget, seeds, Path("OUT")):  # in dependency order
+    for step in steps:
         s = step.settings
         if step.kind == "train":
             c = s["config"]
             size = c.train_subset or split_size(c.dataset, "train")
-            work.add("train", c.epochs * size * train_passes(c.method, c.hparams), c.arch)
+            out.append((step, "train", c.epochs * size * train_passes(c.method, c.hparams), c.arch))
             trained[step.out] = (c.dataset, c.arch)
             continue
         dataset, arch = trained[step.deps[0]]  # the model certified, or whose targets these are
         if step.kind == "targets":
             size = s["train_subset"] or split_size(dataset, "train")
-            work.add("targets", size * s["num_samples"], arch)
+            out.append((step, "targets", size * s["num_samples"], arch))
         else:
             examples = len(certify_indices(split_size(dataset, "test"), skip=s["skip"], max=s["max"],
                                            start=s["start"]))
-            work.add("certify", examples * (s["n0"] + s["n"]), arch)
-    return work
+            out.append((step, "certify", examples * (s["n0"] + s["n"]), arch))
+    return out
 
 
 def _passes(n: float) -> str:
@@ -131,6 +176,15 @@ def describe(work: Work) -> str:
             f"about {hours:.2g} GPU-hours" if hours is not None else
             f"GPU-hours unknown (no throughput assumed for {', '.join(work.unknown)})")
     return ", ".join(parts) + f"; {when}"
+
+
+def describe_cpu(work: Work, budget: Budget) -> str:
+    """``at --budget smoke on a 2-core CPU: 43 steps, about 17m30s one after another (...)``."""
+    from ..progress import format_duration
+
+    return (f"at --budget {budget.name} on a 2-core CPU: {work.steps} steps, about "
+            f"{format_duration(work.cpu_seconds)} one after another (rates measured on lenet with the "
+            f"2 cores shared, BENCHMARKS.md; other architectures extrapolated)")
 
 
 def assumption() -> str:

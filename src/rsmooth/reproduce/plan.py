@@ -91,8 +91,8 @@ def train_run(dataset: str, method: str, sigma: float, hparams: Dict[str, Any], 
 
 def _scaled_schedule(fields: Dict[str, Any], hp: Dict[str, Any], method: str, budget: Budget,
                      changed: Dict[str, Any]) -> Dict[str, Any]:
-    """The schedule fields set under ``budget`` (epochs, milestones or lr_step, eval_every); the
-    epoch-counted hyperparameters scaled into ``changed``."""
+    """The schedule fields set under ``budget`` (epochs, milestones or lr_step, eval_every,
+    eval_examples); the epoch-counted hyperparameters scaled into ``changed``."""
     from ..engine.train import TrainConfig
     from ..methods import create_method
 
@@ -110,6 +110,8 @@ def _scaled_schedule(fields: Dict[str, Any], hp: Dict[str, Any], method: str, bu
                 changed[k] = scaled(resolved[k], budget.epochs)
     if not budget.trains_as_paper:
         out["eval_every"] = scaled(c.epochs, budget.epochs) if budget.epochs < 1 else c.epochs
+    if budget.test < 1:  # as many test examples as are certified
+        out["eval_examples"] = scaled(split_size(c.dataset, "test", c.data_dir), budget.test)
     return out
 
 

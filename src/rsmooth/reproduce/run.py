@@ -22,6 +22,7 @@ from ..engine.shards import CERTIFY, Shard, merge_certify, shard_names
 from ..errors import RsmoothError
 from ..fileio import open_nofollow
 from ..imports import rsmooth_command
+from ..progress import format_duration
 from .plan import Step, done
 
 #: how a step runs: its ``rsmooth`` arguments -> its exit status (the CLI hands its ``main``)
@@ -42,6 +43,7 @@ def run_steps(steps: Sequence[Step], jobs: int, logs: Path, log: Callable[[str],
         return
     for k, s in enumerate(todo, 1):
         log(f"== [{k}/{len(todo)}] {s.title}")
+        start = time.monotonic()
         count = left_shards(s)
         for argv in [s.argv + ["--shard", f"{i}/{count}"] for i in range(count)] if count else [s.argv]:
             code = (run_step or run_in_subprocess)(argv)
@@ -51,6 +53,7 @@ def run_steps(steps: Sequence[Step], jobs: int, logs: Path, log: Callable[[str],
                 raise RsmoothError(f"step '{s.title}' failed (see above); fix it and rerun the same command to continue")
         if count:
             merge_certify(s.out, log=log)
+        log(f"   {s.title}: done in {format_duration(time.monotonic() - start)}")
 
 
 def left_shards(step: Step) -> int:

@@ -9,6 +9,7 @@ default format's).  Precision (bf16) and compile change votes and stay opt-in.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
@@ -29,6 +30,9 @@ CPU_BUFFER_BYTES = 512 * 2 ** 20
 MIN_SAMPLES = 500_000
 #: each size is timed over at least this many seconds
 MIN_TIME = 0.05
+#: no larger batch is tried once the measurement has taken this many seconds (the fastest size
+#: timed so far is kept): a run's first line, its estimate, comes within 10 s
+TUNE_TIME = 4.0
 
 
 @dataclass
@@ -46,6 +50,22 @@ class Tuning:
         """The sidecar's ``tuning`` field."""
         return {"how": self.how, "samples_per_s": {k: round(v, 1) for k, v in self.rates.items()},
                 **({"note": self.note} if self.note else {})}
+
+    @property
+    def rate(self) -> Optional[float]:
+        """Samples/s measured in the chosen format at the chosen batch size (None: not measured)."""
+        return self.rates.get(f"{_format(self.channels_last)} {self.batch_size}")
+
+
+def _format(channels_last: bool) -> str:
+    return "channels_last" if channels_last else "nchw"
+
+
+def sample_rate(smooth: Smooth, x: torch.Tensor, batch_size: int) -> float:
+    """Samples/s of ``smooth`` on noisy copies of ``x`` [C x H x W], ``batch_size`` per forward pass,
+    timed as the tuner times each size (a warm-up pass at that size, then the median pass): what a
+    run's estimate rests on when the tuner measured nothing."""
+    return _rate(smooth, x.to(device=smooth.device, dtype=smooth._noise_dtype), batch_size)
 
 
 def _rate(smooth: Smooth, x: torch.Tensor, batch_size: int, repeats: int = 3, min_time: float = MIN_TIME) -> float:
@@ -73,8 +93,10 @@ def _sizes(x: torch.Tensor, given: Optional[int]) -> Sequence[int]:
     return tuple(b for b in CPU_SIZES if b * x.numel() * x.element_size() <= CPU_BUFFER_BYTES) or (CPU_SIZES[0],)
 
 
-def _best_size(smooth: Smooth, x: torch.Tensor, sizes: Sequence[int], rates: Dict[str, float], name: str) -> int:
-    """The fastest of ``sizes`` (tried in order until one gains less than MIN_GAIN or memory ends)."""
+def _best_size(smooth: Smooth, x: torch.Tensor, sizes: Sequence[int], rates: Dict[str, float], name: str,
+               deadline: float = math.inf) -> int:
+    """The fastest of ``sizes`` (tried in order until one gains less than MIN_GAIN, memory ends or
+    the clock passes ``deadline``)."""
     best, best_rate = sizes[0], 0.0
     for b in sizes:
         try:
@@ -87,7 +109,7 @@ def _best_size(smooth: Smooth, x: torch.Tensor, sizes: Sequence[int], rates: Dic
             best, gained, best_rate = b, rate >= MIN_GAIN * best_rate, rate
         else:
             gained = False
-        if not gained:
+        if not gained or time.perf_counter() > deadline:
             break
     return best
 
@@ -106,7 +128,8 @@ def fastest(model: nn.Module, num_classes: int, sigma: float, x: torch.Tensor, *
     """The :class:`Smooth` of ``model`` in the fastest memory format and its fastest batch size, for
     images like ``x`` [C x H x W] (on the model's device); ``batch_size`` and ``channels_last`` given
     (not None) are kept.  A job of fewer than MIN_SAMPLES ``samples`` is not measured: batch 256,
-    the default format.  Compiled mode is not measured either (each batch size compiles)."""
+    the default format.  Compiled mode is not measured either (each batch size compiles).  Larger
+    batches stop being tried once the measurement has taken TUNE_TIME seconds."""
     how = {"batch_size": "given" if batch_size is not None else "measured",
            "channels_last": "given" if channels_last is not None else "measured"}
     small = (samples is not None and samples < MIN_SAMPLES) or compile
@@ -122,9 +145,10 @@ def fastest(model: nn.Module, num_classes: int, sigma: float, x: torch.Tensor, *
         return smooths[formats[0]], Tuning(batch_size, formats[0], how)
     x = x.to(device=smooths[formats[0]].device, dtype=smooths[formats[0]]._noise_dtype)
     rates: Dict[str, float] = {}
-    best = {cl: _best_size(smooth, x, _sizes(x, batch_size), rates, "channels_last" if cl else "nchw")
+    deadline = time.perf_counter() + TUNE_TIME
+    best = {cl: _best_size(smooth, x, _sizes(x, batch_size), rates, _format(cl), deadline)
             for cl, smooth in smooths.items()}
-    cl = max(best, key=lambda c: rates[f"{'channels_last' if c else 'nchw'} {best[c]}"])
+    cl = max(best, key=lambda c: rates[f"{_format(c)} {best[c]}"])
     note = ""
     if cl and len(formats) == 2 and (differ := _same_votes(smooths[False], smooths[True], x, best[True])):
         cl, note = False, f"channels-last classified {differ} of {best[True]} noisy inputs differently; kept NCHW"
