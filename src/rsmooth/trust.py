@@ -12,8 +12,8 @@ user already chose:
   ``trust_code=True``), as ``trust_remote_code`` does in Hugging Face's libraries.  Even then a
   recorded module is looked for on ``sys.path`` only (:mod:`rsmooth.imports`).
 
-A ``--config`` file counts as the user's own choice (they wrote or picked it); a run folder being
-resumed without ``--arch`` counts as a file.  ``arch_kwargs`` are data for an approved factory
+A ``--config`` file counts as a file too (config files travel like checkpoints), and so does a run
+folder being resumed without ``--arch``.  ``arch_kwargs`` are data for an approved factory
 (:func:`check_arch_kwargs`, defined in :mod:`rsmooth.jsondata` below the models that call it), never
 a way to name another callable.
 """
