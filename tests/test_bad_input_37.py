@@ -3,12 +3,17 @@ in config files, checkpoints, certify TSVs, sidecars and run folders are each on
 and exit 2, before any work; never an internal error, a silent acceptance or a run of hours.
 
 Each case of CASES is (id, what to write in the test's folder, argv, a substring of the line);
-``{tmp}`` in argv is that folder, ``{ckpt}`` a hand-made rsmooth checkpoint there.
+``{tmp}`` in argv is that folder, ``{ckpt}`` a hand-made rsmooth checkpoint there.  The cases of
+``certify --diffusion`` (DDPM files and schedules, items 7-9, 20-21) are written in
+``test_bad_input_37_diffusion.CASES`` beside their builders and run here, in the same table.
 """
 import json
 
 import pytest
 import torch
+
+from test_bad_input_37_diffusion import CASES as DIFFUSION_CASES
+from test_diffusion_certify import files  # noqa: F401  (fixture: a classifier and a DDPM file)
 
 from rsmooth import RsmoothError
 from rsmooth.cli import main
@@ -175,6 +180,20 @@ CASES = [
 ]
 
 
+def _diffusion(builder, flags):
+    """argv(tmp, files) of a --diffusion case: the fixture's classifier behind what ``builder`` writes."""
+    def argv(tmp, files):
+        return ["certify", "--checkpoint", str(files / "model.pt"), "--dataset", "digits", "--arch", "digits_cnn",
+                "--sigma", "0.25", "--diffusion", builder(tmp, files), "--n0", "10", "--n", "100000", "--max", "1",
+                "--batch-size", "20", "--out", str(tmp / "c.tsv"), *flags]
+    return argv
+
+
+#: the whole table: CASES, then the --diffusion cases (argv a function of the folder and the fixture)
+ALL_CASES = CASES + [(f"diffusion-{name}", None, _diffusion(builder, flags), expected)
+                     for name, builder, flags, expected in DIFFUSION_CASES]
+
+
 def _main(argv):
     try:
         return main(argv)
@@ -182,20 +201,22 @@ def _main(argv):
         return e.code
 
 
-@pytest.mark.parametrize("build,argv,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_is_one_line(build, argv, expected, tmp_path, capsys):
+@pytest.mark.parametrize("build,argv,expected", [c[1:] for c in ALL_CASES], ids=[c[0] for c in ALL_CASES])
+def test_bad_input_is_one_line(build, argv, expected, tmp_path, capsys, monkeypatch, request):
+    monkeypatch.chdir(tmp_path)  # relative paths resolve here; a pickle's 'touch marker' would land here
     if build is not None:
         build(tmp_path)
+    argv = argv(tmp_path, request.getfixturevalue("files")) if callable(argv) else [a.format(tmp=tmp_path) for a in argv]
     before = sorted(tmp_path.rglob("*"))
-    assert _main([a.format(tmp=tmp_path) for a in argv]) == 2
+    assert _main(argv) == 2
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and err.startswith("rsmooth") and expected in err, err
-    assert "internal error" not in err and "Traceback" not in err
-    assert sorted(tmp_path.rglob("*")) == before or argv[0] == "reproduce"  # no work was started
+    assert "internal error" not in err and "Traceback" not in err and "\x1b" not in err
+    assert sorted(tmp_path.rglob("*")) == before or argv[0] == "reproduce"  # no work was started, no marker
 
 
 def test_case_ids_are_unique():
-    assert len({c[0] for c in CASES}) == len(CASES)
+    assert len({c[0] for c in ALL_CASES}) == len(ALL_CASES)
 
 
 # -- the same bounds below the command line: the Python API ---------------------------------------

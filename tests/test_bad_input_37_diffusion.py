@@ -1,5 +1,6 @@
 """Bad input to ``rsmooth certify --diffusion`` (issue 37, items 7, 8, 9, 20, 21): each a one-line
-error and exit 2, never an internal error and never a silent run behind the wrong denoiser."""
+error and exit 2, never an internal error and never a silent run behind the wrong denoiser.  CASES
+runs in the one table of bad input, ``test_bad_input_37.test_bad_input_is_one_line``."""
 import sys
 
 import pytest
@@ -7,7 +8,6 @@ import torch
 from test_diffusion_certify import files  # noqa: F401  (fixture: model.pt, ddpm.pt)
 from test_engine import _Evil, _global_pickle
 
-from rsmooth.cli import main
 from rsmooth.engine import run_certification
 from rsmooth.errors import RsmoothError
 from rsmooth.metrics import read_sidecar
@@ -38,7 +38,8 @@ def _saved(tmp_path, net, **extra):
     return str(tmp_path / "ddpm.pt")
 
 
-#: (id, builder(tmp_path, files) -> the --diffusion value, more flags, a substring of the error)
+#: (id, builder(tmp_path, files) -> the --diffusion value, more flags, a substring of the error), run by
+#: test_bad_input_37.test_bad_input_is_one_line
 CASES = [
     # item 7: malformed rsmooth DDPM files
     ("unet-none", lambda p, f: _ddpm(p, f, unet=None), [], "its 'unet' entry must be {'in_channels': C, 'width': W}"),
@@ -91,20 +92,6 @@ CASES = [
     ("missing-file", lambda p, f: "runs/nonexist.pt", [], "--diffusion runs/nonexist.pt: no such file or folder"),
     ("missing-dot-folder", lambda p, f: "./ddpm", [], "--diffusion ./ddpm: no such file or folder"),
 ]
-
-
-@pytest.mark.parametrize("builder, flags, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_diffusion_input_is_one_line(files, tmp_path, monkeypatch, capsys, builder, flags, expected):  # noqa: F811
-    monkeypatch.chdir(tmp_path)  # relative paths resolve here; a pickle's 'touch marker' would land here
-    spec = builder(tmp_path, files)
-    code = main(["certify", "--checkpoint", str(files / "model.pt"), "--dataset", "digits", "--arch", "digits_cnn",
-                 "--sigma", "0.25", "--diffusion", spec, "--n0", "10", "--n", "100000", "--max", "1",
-                 "--batch-size", "20", "--out", str(tmp_path / "c.tsv"), *flags])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert err.count("\n") == 1 and err.startswith("rsmooth: error: ") and "\x1b" not in err, err
-    assert expected in err, err
-    assert not (tmp_path / "marker").exists() and not (tmp_path / "c.tsv").exists()
 
 
 def test_i37_other_dataset_flag_certifies_and_records_the_ddpms_dataset(files, tmp_path):  # noqa: F811
