@@ -32,17 +32,18 @@ ASSUMED_THROUGHPUT: Dict[str, Tuple[float, float]] = {
 }
 
 
-#: images per second on this project's 2-core CPU shared with other jobs (load average 8-10;
-#: torch 2.13, fp32, the steps run by ``rsmooth reproduce``): (training, forward only).  MEASURED
-#: for lenet: training a least-squares fit of the 21 train steps of ``reproduce catrs:table4
-#: --budget smoke`` (every method, so an average over their pass costs), forward the median
-#: samples/s of its 21 certifications (bench/reproduce_cpu_cost.py; BENCHMARKS.md).  Another
-#: architecture gets lenet's scaled by its :data:`ASSUMED_THROUGHPUT` relative to lenet's (an
-#: extrapolation, not a measurement).  An idle machine is several times faster.
-CPU_THROUGHPUT: Dict[str, Tuple[float, float]] = {"lenet": (72.0, 367.0)}
+#: images per second on this project's 2-core CPU, idle (AMD EPYC, no AVX512-BF16; torch 2.13, fp32,
+#: the steps run by ``rsmooth reproduce`` one after another, in one process): (training, forward
+#: only).  MEASURED for lenet: training a least-squares fit of the 21 train steps of ``reproduce
+#: catrs:table4 --budget smoke`` (every method, so an average over their pass costs; small steps, so
+#: easily off by 2x for long ones), forward the median samples/s of its 21 certifications
+#: (bench/reproduce_cpu_cost.py; BENCHMARKS.md).  Another architecture gets lenet's scaled by its
+#: :data:`ASSUMED_THROUGHPUT` relative to lenet's (an extrapolation, not a measurement).  A machine
+#: shared with other jobs is several times slower.
+CPU_THROUGHPUT: Dict[str, Tuple[float, float]] = {"lenet": (6_237.0, 7_315.0)}
 #: seconds a step takes besides its passes (reading the data, building the model, evaluating,
 #: writing the run), by kind: fitted with CPU_THROUGHPUT
-CPU_STEP_SECONDS: Dict[str, float] = {"train": 4.8, "targets": 3.7, "certify": 7.1}
+CPU_STEP_SECONDS: Dict[str, float] = {"train": 1.2, "targets": 0.8, "certify": 0.5}
 
 
 def cpu_rate(arch: str, kind: str) -> float:
@@ -179,12 +180,12 @@ def describe(work: Work) -> str:
 
 
 def describe_cpu(work: Work, budget: Budget) -> str:
-    """``at --budget smoke on a 2-core CPU: 43 steps, about 17m30s one after another (...)``."""
+    """``at --budget smoke on a 2-core CPU: 43 steps, about 54s one after another (...)``."""
     from ..progress import format_duration
 
     return (f"at --budget {budget.name} on a 2-core CPU: {work.steps} steps, about "
-            f"{format_duration(work.cpu_seconds)} one after another (rates measured on lenet with the "
-            f"2 cores shared, BENCHMARKS.md; other architectures extrapolated)")
+            f"{format_duration(work.cpu_seconds)} one after another (rates measured on lenet on "
+            f"2 idle cores, BENCHMARKS.md; other architectures extrapolated; a shared machine is slower)")
 
 
 def assumption() -> str:
