@@ -36,7 +36,7 @@ import torch
 
 from rsmooth.data import dataset_info
 from rsmooth.engine import TrainConfig
-from rsmooth.engine.seeding import derive_seed
+from rsmooth.seeding import derive_seed
 from rsmooth.engine.distributed import World
 from rsmooth.engine.train import _fast_modes, _Run
 from rsmooth.methods import METHODS, Batch, StepContext, create_method

@@ -4,8 +4,9 @@ Every module under ``src/rsmooth`` is parsed with :mod:`ast` and the graph of it
 rsmooth modules is built: absolute (``import rsmooth.x``, ``from rsmooth.x import y``) and relative
 (``from .x import y``, ``from . import name``), a package standing for its ``__init__`` and
 ``from P import name`` for the submodule ``P.name`` when there is one.  Imports inside functions
-count too (a lazy import is a dependency all the same); imports under ``if TYPE_CHECKING:`` do not
-(they never run), nor do ``importlib`` calls (``rsmooth.__getattr__``'s lazy exports).  The package
+count too (a lazy import is a dependency all the same), and a third graph adds the imports under
+``if TYPE_CHECKING:`` (they never run, but a circle through them is a circle of the design: issue
+38); ``importlib`` calls do not count (``rsmooth.__getattr__``'s lazy exports).  The package
 an imported submodule sits in is not an edge of its own (Python runs it first, but every submodule
 would then be in a circle with its package's ``__init__``).
 """
@@ -30,15 +31,16 @@ def _modules() -> Dict[str, Path]:
     return mods
 
 
-def _statements(tree: ast.AST, lazy: bool) -> Iterator[ast.AST]:
+def _statements(tree: ast.AST, lazy: bool, typing: bool = False) -> Iterator[ast.AST]:
     """The import statements of a module: those run at import (in ``if``/``try`` blocks and class
-    bodies too), and with ``lazy`` those in functions; never those under ``if TYPE_CHECKING:``."""
+    bodies too), with ``lazy`` those in functions, and with ``typing`` those under ``if
+    TYPE_CHECKING:`` (for type checkers only)."""
     stack = list(ast.iter_child_nodes(tree))
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test) and not typing:
             stack.extend(node.orelse)
         elif lazy or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             stack.extend(ast.iter_child_nodes(node))
@@ -64,12 +66,13 @@ def _targets(node: ast.AST, module: str, is_package: bool, mods: Dict[str, Path]
 
 
 @functools.lru_cache(maxsize=None)
-def import_graph(lazy: bool) -> Dict[str, Set[str]]:
-    """Module -> the rsmooth modules it imports (at import time, or with ``lazy`` anywhere)."""
+def import_graph(lazy: bool, typing: bool = False) -> Dict[str, Set[str]]:
+    """Module -> the rsmooth modules it imports (at import time, with ``lazy`` anywhere, with
+    ``typing`` for type checkers too)."""
     mods = _modules()
     graph = {}
     for name, path in mods.items():
-        statements = _statements(_parse(path), lazy)
+        statements = _statements(_parse(path), lazy, typing)
         graph[name] = set().union(*(_targets(n, name, path.name == "__init__.py", mods) for n in statements)) - {name}
     return graph
 
@@ -126,9 +129,10 @@ def _path_around(start: str, graph: Dict[str, Set[str]], component: Set[str]) ->
     return path[::-1]
 
 
-@pytest.mark.parametrize("lazy", [False, True], ids=["at-import", "with-lazy-imports"])
-def test_no_import_circles(lazy):
-    found = circles(import_graph(lazy))
+@pytest.mark.parametrize("lazy,typing", [(False, False), (True, False), (True, True)],
+                         ids=["at-import", "with-lazy-imports", "with-type-checking-imports"])
+def test_no_import_circles(lazy, typing):
+    found = circles(import_graph(lazy, typing))
     assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
 
 

@@ -12,7 +12,7 @@ from scipy.special import betaln
 from scipy.stats import beta as beta_dist, binom, norm
 
 from rsmooth.cli import main
-from rsmooth.engine.seeding import generator
+from rsmooth.seeding import generator
 from rsmooth.metrics import read_certify_tsv
 from rsmooth.smoothing import Smooth, anytime_lower, anytime_upper
 from rsmooth.smoothing.procedures import Adaptive, Sequential

@@ -12,7 +12,7 @@ from .imports import drop_cwd_when_run as _drop_cwd_when_run
 
 _drop_cwd_when_run()  # python -m rsmooth: the current folder leaves sys.path before anything else is imported
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402
 
 import typing as _typing  # noqa: E402 (private: dir(rsmooth) and __all__ list only the API)
 

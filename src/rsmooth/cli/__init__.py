@@ -21,7 +21,7 @@ import threading
 import warnings
 from typing import Any, List, Optional
 
-from .. import __version__
+from ..version import __version__
 from ..errors import command_line
 from ..imports import keep_cwd_off_child_paths
 from . import analyze, certify, demo, listing, merge, pipeline, preview, reproduce, show_preset, targets, train

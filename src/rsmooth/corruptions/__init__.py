@@ -82,7 +82,7 @@ def corrupt(images: np.ndarray, name: str, severity: Optional[int], *, suite: st
     severity, indices[k])``.  ``severity`` ``None`` means the corruption's default.  The result is
     quantised as the published datasets are (``uint8(255 * clip(y, 0, 1))``, truncating).
     """
-    from ..engine.seeding import derive_seed  # engine imports this package
+    from ..seeding import derive_seed  # imports torch: only when corrupting (rsmooth list stays light)
 
     s = get_suite(suite)
     c = s.get(name)

@@ -95,7 +95,7 @@ def download_file(
 
 
 def _fetch(url: str, dest: Path, md5: str, size_hint: Optional[int]) -> None:
-    from .. import __version__
+    from ..version import __version__
 
     request = urllib.request.Request(url, headers={"User-Agent": f"rsmooth/{__version__}"})
     try:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..corruptions import corrupt, default_suite, get_suite, resolve_severity
-from ..engine.seeding import validate_seed
+from ..seeding import validate_seed
 from .base import Dataset, Indices
 
 __all__ = ["GeneratedCorruption"]

@@ -13,7 +13,7 @@ Methods, models, data, smoothing and metrics do the work inside; of the engine t
 from .certify import CertifyJob, run_certification
 from .corrupt_certify import certify_corruptions, corruption_plan
 from .checkpoint import LoadedModel, atomic_save, load_model, read_checkpoint
-from .seeding import derive_seed, generator
+from ..seeding import derive_seed, generator
 from .train import TrainConfig, TrainResult, evaluate, train
 
 __all__ = ["CertifyJob", "run_certification", "certify_corruptions", "corruption_plan", "LoadedModel", "atomic_save",

@@ -4,10 +4,10 @@ A certification is a :class:`CertifyJob`, every setting checked once; :func:`run
 takes them as keywords.  ``job.run()`` resolves it (:func:`resolve`: this process's place and
 shard, device, model, sigma, data, examples, the identity metadata) and runs it on one of three
 paths: one process, one shard, or the ranks of a ``torchrun`` job and rank 0's merge.  Every path
-writes its rows with :func:`_certify_into`, and each example's work, in every mode, is
-:meth:`Resolved.certify_one`.
+writes its rows with :func:`_certify_into`, and each example's work, in every mode, is done by
+:meth:`Resolved.certify` (the job's procedure, many examples per forward pass).
 
-Each example's noise comes from a generator seeded by ``(seed, idx)``, so results do not
+Each example's noise comes from a generator seeded by ``(seed, mode, idx)``, so results do not
 depend on the order, on interruptions or on how the work is split: a killed run resumes
 where it stopped (rows already in the TSV are skipped) and gives the same file, and shards
 (``shard=(I, K)``, or the ranks of a ``torchrun`` job) merge into that same file.
@@ -43,7 +43,7 @@ from . import distributed
 from .checkpoint import (LoadedModel, file_sha256, git_commit, load_model, resolve_checkpoint_path,
                          resolve_device, versions)
 from .diffusion import log_diffusion, with_diffusion
-from .seeding import generator, validate_seed
+from ..seeding import generator, validate_seed
 from .seqfile import SEQUENTIAL_MODES, SeqWriter, adopt_legacy, seq_rows, sequential_path, write_seq_rows
 from .sessions import past_sessions, session
 from .shards import (CERTIFY, RUN_IDENTITY, clean_merged, identity_diff, lock_path, merge_certify, parse_shard,
@@ -350,7 +350,8 @@ def resolve(job: CertifyJob) -> Resolved:
         _warn_small_n(job.n, job.alpha, sigma, log)
     elif job.sequential:
         _warn_small_n_max(job.n_max, job.alpha, sigma, job.radii, log)
-    model, diffusion = with_diffusion(loaded.model.to(dev), job, sigma, loaded.dataset)
+    model, diffusion = with_diffusion(loaded.model.to(dev), job.diffusion, sigma, loaded.dataset,
+                                      steps=job.diffusion_steps, other_dataset=job.diffusion_other_dataset)
     data = get_dataset(loaded.dataset, job.split, data_dir=job.data_dir, corruption=job.corruption,
                        severity=job.severity, corruption_seed=job.corruption_seed,
                        corruption_suite=job.corruption_suite)

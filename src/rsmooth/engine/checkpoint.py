@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
-from .. import __version__
+from ..version import __version__
 from ..errors import RsmoothError, check, first_line, unpickle_refusal
 from ..fileio import atomic_write
 from ..jsondata import check_bounded

@@ -6,34 +6,32 @@ timed passes of f(D(x)))."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
 from .checkpoint import file_sha256
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from .certify import CertifyJob
 
-
-def with_diffusion(model: "nn.Module", job: "CertifyJob", sigma: float,
-                   dataset: str) -> Tuple["nn.Module", Dict[str, Any]]:
+def with_diffusion(model: "nn.Module", diffusion: Optional[str], sigma: float, dataset: str, *, steps: int = 1,
+                   other_dataset: bool = False) -> Tuple["nn.Module", Dict[str, Any]]:
     """(the model to smooth, the sidecar's diffusion fields): ``model`` itself and nothing without
-    ``job.diffusion``; else f(D(x)) with D at ``sigma`` and ``job.diffusion_steps``, on ``model``'s
-    device, checked against the certified ``dataset`` (its recorded dataset, unless
-    ``job.diffusion_other_dataset``; its image shape) (the model's path or id, its sha256 when a file,
-    t*, the realised sigma, the steps)."""
-    if job.diffusion is None:
+    ``diffusion`` (a job's ``--diffusion``); else f(D(x)) with D at ``sigma`` and ``steps``, on
+    ``model``'s device, checked against the certified ``dataset`` (its recorded dataset, unless
+    ``other_dataset``; its image shape) (the model's path or id, its sha256 when a file, t*, the
+    realised sigma, the steps)."""
+    if diffusion is None:
         return model, {}
     from ..models.diffusion import diffusion_classifier
     from ..trust import check_recorded_arch
 
     # the user named it (--diffusion, diffusion=): their choice, as --arch is (rsmooth.trust)
-    check_recorded_arch(job.diffusion, "--diffusion", trust_code=True)
-    wrapped, record = diffusion_classifier(model, job.diffusion, sigma, steps=job.diffusion_steps, dataset=dataset,
-                                           other_dataset=job.diffusion_other_dataset)
-    if os.path.isfile(job.diffusion):
-        record["diffusion_sha256"] = file_sha256(job.diffusion)
+    check_recorded_arch(diffusion, "--diffusion", trust_code=True)
+    wrapped, record = diffusion_classifier(model, diffusion, sigma, steps=steps, dataset=dataset,
+                                           other_dataset=other_dataset)
+    if os.path.isfile(diffusion):
+        record["diffusion_sha256"] = file_sha256(diffusion)
     return wrapped, record
 
 

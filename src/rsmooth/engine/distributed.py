@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from ..errors import RsmoothError, check, first_line
-from .seeding import derive_seed
+from ..seeding import derive_seed
 
 #: what to do when a rank is lost (every run under torchrun resumes where it stopped)
 RERUN = "rerun the same torchrun command to continue"

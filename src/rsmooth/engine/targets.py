@@ -45,7 +45,7 @@ from ..progress import Heartbeat, heartbeat_interval, progress_bar
 from ..smoothing import DEFAULT_BATCH_SIZE, Smooth, validate_count, validate_sigma
 from .checkpoint import file_sha256, git_commit, resolve_checkpoint_path, resolve_device, load_model, versions
 from . import distributed
-from .seeding import generator, validate_seed
+from ..seeding import generator, validate_seed
 from .sessions import past_sessions, session, shard_sessions
 from .shards import (CERTIFY, PathLike, ShardKind, TARGETS_KIND, clean_merged, identity_diff, int_field, lock_path,
                      merge_shards, parse_shard, shard_names, shard_path, shard_share)

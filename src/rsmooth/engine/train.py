@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 import torch
 from torch import nn
 
-from .. import __version__
+from ..version import __version__
 from ..errors import RsmoothError, check, setting
 from ..fileio import atomic_write_bytes, naming, open_nofollow, remove_stale_temps, run_lock
 from ..methods import METHODS, Batch, Method, StepContext, create_method
@@ -53,7 +53,7 @@ from .checkpoint import (CHECKPOINT_NAME, FORMAT, atomic_save, git_commit, read_
 from . import distributed
 from .distributed import World
 from .preempt import CheckpointClock, StopSignals, parse_checkpoint_every
-from .seeding import derive_seed, generator, validate_seed
+from ..seeding import derive_seed, generator, validate_seed
 from .sessions import past_sessions, session
 
 #: learning rate and schedule when none is given: each dataset's paper schedule, the one its

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ..errors import RsmoothError, check, first_line
+from ..seeding import generator, validate_seed
 from .stats import validate_count, validate_sigma
 from .packing import Item, Packer
 from .procedures import ABSTAIN, Adaptive, Certify, Predict, Procedure, Sequential
@@ -636,8 +637,6 @@ class Smooth:
             pandas.DataFrame(records)   # pip install pandas: not a dependency of rsmooth
             ```
         """
-        from ..engine.seeding import generator, validate_seed
-
         self._check_range(_validate_input(xs, 4, "xs"), "xs")
         seed = validate_seed(seed, "seed")
         indices = list(range(len(xs))) if indices is None else _validate_ids("indices", indices, len(xs))
