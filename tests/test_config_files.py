@@ -8,7 +8,7 @@ import pytest
 from rsmooth.cli import build_parser, main, train_config_from_args
 from rsmooth.engine import TrainConfig, read_checkpoint, train
 from rsmooth.engine.runconfig import config_fields, conflicts
-from rsmooth.engine.train import _FIXED_ON_RESUME, _check_resume
+from rsmooth.engine.trainconfig import _FIXED_ON_RESUME, _check_resume
 from rsmooth.errors import RsmoothError
 from rsmooth.methods import create_method
 from rsmooth.presets import PRESETS, get_preset

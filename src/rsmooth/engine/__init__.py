@@ -14,7 +14,8 @@ from .certify import CertifyJob, run_certification
 from .corrupt_certify import certify_corruptions, corruption_plan
 from .checkpoint import LoadedModel, atomic_save, load_model, read_checkpoint
 from ..seeding import derive_seed, generator
-from .train import TrainConfig, TrainResult, evaluate, train
+from .train import evaluate, train
+from .trainconfig import TrainConfig, TrainResult
 
 __all__ = ["CertifyJob", "run_certification", "certify_corruptions", "corruption_plan", "LoadedModel", "atomic_save",
            "load_model", "read_checkpoint", "derive_seed", "generator", "TrainConfig", "TrainResult", "evaluate",

@@ -68,7 +68,7 @@ def train_run(dataset: str, method: str, sigma: float, hparams: Dict[str, Any], 
     """(:func:`train_argv`, the ``TrainConfig`` it gives, ``extra``'s run-time flags such as
     --data-dir aside): both from the same fields."""
     from ..engine.runconfig import field_flag, hparam_flags
-    from ..engine.train import TrainConfig
+    from ..engine.trainconfig import TrainConfig
 
     name, fields = preset_config(dataset, method, sigma)
     hp = {**fields.get("hparams", {}), **hparams}
@@ -93,7 +93,7 @@ def _scaled_schedule(fields: Dict[str, Any], hp: Dict[str, Any], method: str, bu
                      changed: Dict[str, Any]) -> Dict[str, Any]:
     """The schedule fields set under ``budget`` (epochs, milestones or lr_step, eval_every,
     eval_examples); the epoch-counted hyperparameters scaled into ``changed``."""
-    from ..engine.train import TrainConfig
+    from ..engine.trainconfig import TrainConfig
     from ..methods import create_method
 
     out: Dict[str, Any] = {}

@@ -131,7 +131,7 @@ def _diff(ours: float, paper: Optional[float], digits: int) -> str:
 
 
 def _schedule_note(spec: TableSpec, budget: Budget) -> str:
-    from ..engine.train import TrainConfig
+    from ..engine.trainconfig import TrainConfig
     from ..presets import preset_config
     from .spec import scaled
 
