@@ -253,3 +253,20 @@ def test_each_size_is_timed_over_min_time_not_three_passes(monkeypatch):
     calls.clear()
     tuning_module._rate(smooth, images(1)[0], 4, min_time=0.0)
     assert calls == [4] * 4  # a warm-up and the 3 timed passes that are the least
+
+
+def test_smoothing_noise_is_drawn_in_one_place():
+    """Issue 38: every noisy sample of the smoothing package (the packer's passes, count_votes, the
+    tuner's timed passes) comes from ``packing.draw_noisy``: one call that draws noise in the package."""
+    import ast
+    from pathlib import Path
+
+    import rsmooth.smoothing as smoothing
+
+    draws = {"normal_", "randn", "randn_like", "normal", "rand", "rand_like"}
+    found = []
+    for path in sorted(Path(smoothing.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in draws:
+                found.append(f"{path.name}:{node.lineno}")
+    assert len(found) == 1 and found[0].startswith("packing.py:"), found

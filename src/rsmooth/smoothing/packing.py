@@ -41,6 +41,13 @@ MIN_ROWS = 16
 Item = Tuple[Hashable, torch.Tensor, Optional[torch.Generator]]
 
 
+def draw_noisy(out: torch.Tensor, x: torch.Tensor, sigma: float, generator: Optional[torch.Generator]) -> torch.Tensor:
+    """``out`` filled with noisy copies of ``x`` (broadcast to it): N(0, sigma^2) drawn from
+    ``generator`` in ``out``'s layout, then ``x`` added in place.  The one place smoothing noise is
+    drawn (the packer's passes, :meth:`Smooth.count_votes`, the tuner's timed passes)."""
+    return out.normal_(0.0, sigma, generator=generator).add_(x)
+
+
 @dataclass(eq=False)
 class _Task:
     """One image in flight: its procedure's generator, the counts row it owns, what it still has
@@ -177,12 +184,11 @@ class Packer:
                 block = min(NOISE_BLOCK, task.todo)
                 task.todo -= block
                 if block <= space - placed:
-                    rows = self.buffer[start + placed:start + placed + block]
-                    rows.normal_(0.0, self.sigma, generator=task.generator).add_(task.x)
+                    draw_noisy(self.buffer[start + placed:start + placed + block], task.x, self.sigma, task.generator)
                     placed += block
                     continue
                 task.staged = torch.empty((block, *task.x.shape), dtype=self.dtype, device=self.device)
-                task.staged.normal_(0.0, self.sigma, generator=task.generator).add_(task.x)
+                draw_noisy(task.staged, task.x, self.sigma, task.generator)
             k = min(len(task.staged), space - placed)
             self.buffer[start + placed:start + placed + k] = task.staged[:k]
             task.staged = task.staged[k:] if k < len(task.staged) else None

@@ -21,7 +21,7 @@ from torch import nn
 from ..errors import RsmoothError, check, first_line
 from ..seeding import generator, validate_seed
 from .stats import validate_count, validate_sigma
-from .packing import Item, Packer
+from .packing import Item, Packer, draw_noisy
 from .procedures import ABSTAIN, Adaptive, Certify, Predict, Procedure, Sequential
 from .sequential import FUTILITY, SequentialCertificate
 
@@ -301,13 +301,11 @@ class Smooth:
         it whole (padding the last one), so the graph sees a single shape.
         """
         g = images.shape[0]
-        noise = self._buffer((*shape, *images.shape[1:]))
-        noise[:g, :copies].normal_(0.0, self.sigma, generator=generator)
-        if not self.compile:
-            noise = noise[:g, :copies]
-        elif g < shape[0]:
-            images = torch.cat([images, images.new_zeros((shape[0] - g, *images.shape[1:]))])
-        votes = self._votes((noise + images.unsqueeze(1)).flatten(0, 1)).view(noise.shape[:2])
+        noisy = self._buffer((*shape, *images.shape[1:]))
+        draw_noisy(noisy[:g, :copies], images.unsqueeze(1), self.sigma, generator)
+        if not self.compile:  # compiled: the whole pass, its other rows never counted
+            noisy = noisy[:g, :copies]
+        votes = self._votes(noisy.flatten(0, 1)).view(noisy.shape[:2])
         return votes[:g, :copies]
 
     def count_votes(

@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
+from .packing import draw_noisy
 from .smooth import DEFAULT_BATCH_SIZE, Smooth
 
 #: batch sizes tried on a CPU, and from where a GPU doubles until it stops gaining or memory ends
@@ -77,10 +78,10 @@ def _rate(smooth: Smooth, x: torch.Tensor, batch_size: int, repeats: int = 3, mi
     g = torch.Generator(device=x.device).manual_seed(0)  # not the global generator: timing draws nothing of a run
     times: List[float] = []
     with smooth._eval():
-        smooth._votes(noise.normal_(0.0, smooth.sigma, generator=g).add_(x)).cpu()
+        smooth._votes(draw_noisy(noise, x, smooth.sigma, g)).cpu()
         while len(times) < repeats or sum(times) < min_time:
             t0 = time.perf_counter()
-            smooth._votes(noise.normal_(0.0, smooth.sigma, generator=g).add_(x)).cpu()
+            smooth._votes(draw_noisy(noise, x, smooth.sigma, g)).cpu()
             times.append(time.perf_counter() - t0)
     return batch_size / sorted(times)[len(times) // 2]
 
@@ -117,7 +118,7 @@ def _best_size(smooth: Smooth, x: torch.Tensor, sizes: Sequence[int], rates: Dic
 def _same_votes(a: Smooth, b: Smooth, x: torch.Tensor, batch_size: int) -> int:
     """How many of ``batch_size`` noisy copies of ``x`` the two classify differently."""
     g = torch.Generator(device=x.device).manual_seed(0)
-    batch = torch.randn((batch_size, *x.shape), generator=g, device=x.device, dtype=x.dtype) * a.sigma + x
+    batch = draw_noisy(torch.empty((batch_size, *x.shape), dtype=x.dtype, device=x.device), x, a.sigma, g)
     with a._eval(), b._eval():
         return int((a._votes(batch) != b._votes(batch)).sum())
 
