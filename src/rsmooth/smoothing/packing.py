@@ -100,6 +100,12 @@ class Packer:
     _owner: Optional[torch.Tensor] = None  # each row's first index in the flat counts
     _tasks: Deque[_Task] = field(default_factory=deque)
 
+    def noisy_votes(self, x: torch.Tensor, out: torch.Tensor, generator: Optional[torch.Generator]) -> torch.Tensor:
+        """Votes [len(out)] (on the device, not waited for) of one forward pass over ``out`` filled
+        with noisy copies of ``x`` (:func:`draw_noisy`): a pass as :meth:`run` makes them, for
+        timing (the tuner) and for comparing two models on the same noisy inputs."""
+        return self.votes(draw_noisy(out, x, self.sigma, generator))
+
     def run(self, procedure: Procedure, items: Iterable[Item]) -> Iterator[Tuple[Hashable, Any, float]]:
         """(key, result, seconds) of each item as it completes; seconds is the item's share of the
         wall time (the time between reads of the counts, split by rows classified)."""

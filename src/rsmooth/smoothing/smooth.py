@@ -371,6 +371,34 @@ class Smooth:
         self._check_model(x.unsqueeze(0))
         return x
 
+    @property
+    def noise_dtype(self) -> torch.dtype:
+        """The dtype noisy inputs are drawn and added in (the model's parameters')."""
+        return self._noise_dtype
+
+    @contextmanager
+    def packer(self, batch_size: int) -> Iterator[Packer]:
+        """The :class:`~rsmooth.smoothing.packing.Packer` of this smoothed classifier, its models in
+        eval mode without autograd while it is used: what :meth:`stream` runs, and what the tuner
+        times passes with.
+
+        Args:
+            batch_size: noisy inputs per forward pass.
+
+        Returns:
+            a context manager giving the packer.
+
+        Example:
+            ```python
+            x = torch.rand(1, 8, 8)
+            with smooth.packer(256) as packer:   # one pass of 256 noisy copies of x
+                votes = packer.noisy_votes(x, torch.empty(256, 1, 8, 8), torch.Generator().manual_seed(0))
+            ```
+        """
+        with self._eval():
+            yield Packer(self._votes, self.sigma, batch_size, self.num_classes, self.device, self._noise_dtype,
+                         _refuse_nonfinite, self._image, full=self.compile)
+
     def stream(self, procedure: Procedure, items: Iterable[Item], batch_size: int) -> Iterator[Tuple[Any, Any, float]]:
         """Run ``procedure`` on each image of ``items``, packing the samples of many images into each
         forward pass of ``batch_size`` noisy inputs (:mod:`rsmooth.smoothing.packing`).
@@ -401,9 +429,7 @@ class Smooth:
         check(isinstance(procedure, get_args(Procedure)),
               f"procedure must be a Predict, Certify, Sequential or Adaptive of rsmooth.smoothing.procedures, "
               f"got {type(procedure).__name__}")
-        packer = Packer(self._votes, self.sigma, batch_size, self.num_classes, self.device, self._noise_dtype,
-                        _refuse_nonfinite, self._image, full=self.compile)
-        with self._eval():
+        with self.packer(batch_size) as packer:
             try:
                 yield from packer.run(procedure, self._checked_items(items))
             except (RuntimeError, MemoryError) as e:

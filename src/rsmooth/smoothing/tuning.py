@@ -66,7 +66,7 @@ def sample_rate(smooth: Smooth, x: torch.Tensor, batch_size: int) -> float:
     """Samples/s of ``smooth`` on noisy copies of ``x`` [C x H x W], ``batch_size`` per forward pass,
     timed as the tuner times each size (a warm-up pass at that size, then the median pass): what a
     run's estimate rests on when the tuner measured nothing."""
-    return _rate(smooth, x.to(device=smooth.device, dtype=smooth._noise_dtype), batch_size)
+    return _rate(smooth, x.to(device=smooth.device, dtype=smooth.noise_dtype), batch_size)
 
 
 def _rate(smooth: Smooth, x: torch.Tensor, batch_size: int, repeats: int = 3, min_time: float = MIN_TIME) -> float:
@@ -77,11 +77,11 @@ def _rate(smooth: Smooth, x: torch.Tensor, batch_size: int, repeats: int = 3, mi
     noise = torch.empty((batch_size, *x.shape), dtype=x.dtype, device=x.device)
     g = torch.Generator(device=x.device).manual_seed(0)  # not the global generator: timing draws nothing of a run
     times: List[float] = []
-    with smooth._eval():
-        smooth._votes(draw_noisy(noise, x, smooth.sigma, g)).cpu()
+    with smooth.packer(batch_size) as packer:
+        packer.noisy_votes(x, noise, g).cpu()
         while len(times) < repeats or sum(times) < min_time:
             t0 = time.perf_counter()
-            smooth._votes(draw_noisy(noise, x, smooth.sigma, g)).cpu()
+            packer.noisy_votes(x, noise, g).cpu()
             times.append(time.perf_counter() - t0)
     return batch_size / sorted(times)[len(times) // 2]
 
@@ -119,8 +119,8 @@ def _same_votes(a: Smooth, b: Smooth, x: torch.Tensor, batch_size: int) -> int:
     """How many of ``batch_size`` noisy copies of ``x`` the two classify differently."""
     g = torch.Generator(device=x.device).manual_seed(0)
     batch = draw_noisy(torch.empty((batch_size, *x.shape), dtype=x.dtype, device=x.device), x, a.sigma, g)
-    with a._eval(), b._eval():
-        return int((a._votes(batch) != b._votes(batch)).sum())
+    with a.packer(batch_size) as pa, b.packer(batch_size) as pb:
+        return int((pa.votes(batch) != pb.votes(batch)).sum())
 
 
 def fastest(model: nn.Module, num_classes: int, sigma: float, x: torch.Tensor, *, precision: str = "fp32",
@@ -144,7 +144,7 @@ def fastest(model: nn.Module, num_classes: int, sigma: float, x: torch.Tensor, *
         batch_size = DEFAULT_BATCH_SIZE
     if batch_size is not None and len(formats) == 1:
         return smooths[formats[0]], Tuning(batch_size, formats[0], how)
-    x = x.to(device=smooths[formats[0]].device, dtype=smooths[formats[0]]._noise_dtype)
+    x = x.to(device=smooths[formats[0]].device, dtype=smooths[formats[0]].noise_dtype)
     rates: Dict[str, float] = {}
     deadline = time.perf_counter() + TUNE_TIME
     best = {cl: _best_size(smooth, x, _sizes(x, batch_size), rates, _format(cl), deadline)
