@@ -293,7 +293,7 @@ class Resolved:
     meta: Dict[str, Any]
     log: Callable[[str], None]
     progress: bool
-    rate: float  # samples/s of the tuner's timed passes at the run's batch size and format
+    rate: Optional[float]  # samples/s of the tuner's timed passes at the run's batch size and format (None: not timed)
 
     @property
     def out(self) -> Path:
@@ -365,12 +365,11 @@ def resolve(job: CertifyJob) -> Resolved:
     if "measured" in tuning.how.values():
         emit(f"measured on {dev}: {tuning.batch_size} noisy inputs per forward pass, "
              f"{'channels-last' if tuning.channels_last else 'NCHW'}{'; ' + tuning.note if tuning.note else ''}", log)
-    rate = tuning.rate or sample_rate(smooth, data[indices[0]][0], tuning.batch_size)
     meta = {**_identity(job, loaded, data, smooth, tuning, indices, dev), **diffusion}
     if diffusion:
         log_diffusion(diffusion, sigma, log)
     return Resolved(job, world, shard, dev, smooth, procedure, tuning.batch_size, data, indices, meta, log, progress,
-                    rate)
+                    tuning.rate)
 
 
 def _identity(job: CertifyJob, loaded: LoadedModel, data: "Dataset", smooth: Smooth, tuning: Tuning,
@@ -580,8 +579,9 @@ def _certify_into(r: Resolved, out_path: Path, indices: List[int], meta: dict,
             todo = [i for i in indices if i not in writer.done_indices]
             if resume and writer.done_indices:
                 r.log(f"continuing {out_path}: {len(indices) - len(todo)} of {len(indices)} examples done")
-            if todo:
-                emit(estimate_line(len(todo), r.procedure.max_samples(), r.rate, r.device, r.batch_size,
+            if todo:  # timed here when the tuner did not: nothing to time for a finished file
+                rate = r.rate or sample_rate(r.smooth, r.data[todo[0]][0], r.batch_size)
+                emit(estimate_line(len(todo), r.procedure.max_samples(), rate, r.device, r.batch_size,
                                    at_most=sequential), r.log)
                 where = {"done": len(indices) - len(todo)}
                 meta["sessions"].append(session(where, {k: meta.get(k) for k in SESSION_FIELDS}))
