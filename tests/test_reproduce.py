@@ -609,10 +609,11 @@ def test_jobs_k_split_a_certification_running_alone_when_a_slot_idles(digits_mod
 
     monkeypatch.setenv("PYTHONPATH", SUBPROCESS_ENV["PYTHONPATH"])
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    # b draws 15x the samples of c, so it is still running when c ends
-    assert main(certify_step(digits_model, tmp_path / "one" / "b.tsv", 1500).argv) == 0
+    # b draws 60x the samples of c, so it is still running, with examples to go, when c ends (at 15x,
+    # a few seconds of work, a loaded machine once saw b nearly done when c ended: no split)
+    assert main(certify_step(digits_model, tmp_path / "one" / "b.tsv", 6000).argv) == 0
     lines = []
-    steps = [certify_step(digits_model, tmp_path / "b.tsv", 1500), certify_step(digits_model, tmp_path / "c.tsv", 100)]
+    steps = [certify_step(digits_model, tmp_path / "b.tsv", 6000), certify_step(digits_model, tmp_path / "c.tsv", 100)]
     run_steps(steps, 2, tmp_path / "logs", log=lines.append)
     assert "   1 idle: certify b continues as 2 shards" in lines, lines
     assert [ln for ln in lines if ln.startswith("==")][2:] == [
