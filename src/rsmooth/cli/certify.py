@@ -29,6 +29,10 @@ def _add_mode(sub: argparse._SubParsersAction, name: str, helptext: str) -> None
     c.add_argument("--dataset", choices=catalog.datasets(), help="default: the checkpoint's")
     c.add_argument("--split", default="test", choices=["test", "train"], help="default: test")
     c.add_argument("--sigma", type=number, help="noise level, std in [0,1] pixel units (default: the checkpoint's)")
+    c.add_argument("--noise", choices=catalog.noises(),
+                   help="the smoothing noise (default: the one the checkpoint was trained with, else gaussian): "
+                        "gaussian certifies l2 radii (Cohen et al. 2019, arXiv 1902.02918); docs/noises.md "
+                        "lists the others and the norm each certifies")
     c.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE)
     add_trust_code_flag(c)
     add_certify_options(c, name)
@@ -119,7 +123,7 @@ def run(args: argparse.Namespace) -> None:
     from ..engine.distributed import world
 
     kwargs = dict(**_sequential_options(args), dataset=args.dataset, split=args.split,
-                  sigma=args.sigma, n0=getattr(args, "n0", 100), alpha=args.alpha,
+                  sigma=args.sigma, noise=args.noise, n0=getattr(args, "n0", 100), alpha=args.alpha,
                   batch_size=args.batch_size, start=args.start, skip=args.skip, max=args.max, shard=args.shard,
                   seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
                   data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
