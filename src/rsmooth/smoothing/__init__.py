@@ -16,3 +16,4 @@ __all__ = [
     "Smooth", "Precision", "binom_pvalue", "certified_radius", "clopper_pearson_lower",
     "max_certifiable_radius", "validate_alpha", "validate_count", "validate_precision", "validate_sigma",
 ]
+from . import sound  # noqa: F401,E402  registers the "sound-gaussian" noise
