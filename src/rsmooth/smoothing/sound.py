@@ -140,6 +140,15 @@ def guided(hi: torch.Tensor, sigma: float, low: Callable[[torch.Tensor], torch.T
     return m
 
 
+@functools.lru_cache(maxsize=32)
+def _floats(k: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The float of each ``a + m + M`` (``M = 255 (k + 1)``, ``a + m`` in [-M, 255 + M]):
+    ``clamp(a + m, -255 k, 255 (k + 1)) / 255``, converted once from an exact integer."""
+    big = 255 * (k + 1)
+    y = torch.arange(-big, 256 + big, dtype=torch.int64).clamp_(-255 * k, 255 * (k + 1))
+    return (y.to(dtype) / 255).to(device)
+
+
 @NOISES.register("sound-gaussian")
 @dataclass(frozen=True)
 class SoundGaussian(Noise):
@@ -171,9 +180,12 @@ class SoundGaussian(Noise):
               f"sound-gaussian draws in float32 or float64, not {out.dtype}: keep the model's parameters in "
               f"float32 (--precision bf16 casts the noisy inputs afterwards, which stays sound)")
         m = lattice_offsets(tuple(out.shape), self.sigma, generator, out.device)
-        y = m.add_(torch.round(x * 255).to(m.dtype))
-        y.clamp_(-255 * self.k, 255 * (self.k + 1))
-        return out.copy_(y).div_(255)  # the one conversion: a function of the lattice point y
+        big = 255 * (self.k + 1)
+        index = m.add_(torch.round(x * 255).to(m.dtype).add_(big)).view(-1)  # a + m + M, in [0, 2M + 255]
+        floats = _floats(self.k, out.dtype, out.device)  # the one conversion: a function of the lattice point
+        if out.is_contiguous():
+            return torch.index_select(floats, 0, index, out=out.view(-1)).view(out.shape)
+        return out.copy_(floats.index_select(0, index).view(out.shape))
 
     def check_image(self, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.numel() == 0:
