@@ -223,6 +223,37 @@ def test_draws_are_lattice_points_and_follow_the_generator():
         noise.draw(torch.empty(4, 1, 6, 6, dtype=torch.bfloat16), x, None)
 
 
+class Threshold(torch.nn.Module):
+    """Class 1 when the mean pixel exceeds 0.5: a function of the lattice point, for any dtype."""
+
+    def forward(self, z):
+        v = z.float().flatten(1).mean(1)
+        return torch.stack([0.5 - v, v - 0.5], 1)
+
+
+def test_every_mode_and_bf16_run_on_the_sound_path():
+    """fixed, predict, sequential, adaptive and count_votes go through the packer's draw; bf16
+    casts the float32 lattice floats afterwards; a stream of images equals each one alone."""
+    x = torch.full((1, 8, 8), 200 / 255)
+    gen = lambda: torch.Generator().manual_seed(5)  # noqa: E731
+    for precision in ("fp32", "bf16"):
+        smooth = Smooth(Threshold(), 2, SoundGaussian(0.25), precision=precision)
+        c, radius = smooth.certify(x, 20, 500, 0.01, 128, generator=gen())
+        assert c == 1 and radius > 0.5
+        assert smooth.predict(x, 200, 0.01, 128, generator=gen()) == 1
+        assert smooth.certify_sequential(x, 20, [0.25], 0.01, n_max=2000, batch_size=128, generator=gen()) is not None
+        assert smooth.certify_adaptive(x, 20, 0.01, n_max=2000, batch_size=128, generator=gen()) is not None
+        assert smooth.count_votes(x.unsqueeze(0), 100, 64, generator=gen()).sum() == 100
+    smooth = Smooth(Threshold(), 2, SoundGaussian(0.25))
+    xs = torch.randint(0, 256, (3, 1, 8, 8), generator=torch.Generator().manual_seed(0)).float() / 255
+    from rsmooth.smoothing.procedures import Certify
+
+    alone = [smooth.certify(xs[i], 20, 300, 0.01, 100, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    items = [(i, xs[i], torch.Generator().manual_seed(i)) for i in range(3)]
+    packed = {i: r for i, r, _ in smooth.stream(Certify(20, 300, 0.01), items, 100)}
+    assert [packed[i] for i in range(3)] == alone
+
+
 # -- the object, the 8-bit check, the command line -------------------------------------------------
 
 
