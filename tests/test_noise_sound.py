@@ -274,7 +274,8 @@ def test_registered_recorded_and_radii_of_cohen():
     (torch.full((1, 4, 4), float("nan")), "nan"),
 ])
 def test_inputs_off_the_8_bit_grid_are_refused_in_one_line(x, shown):
-    with pytest.raises(RsmoothError, match=r"8-bit grid .*\(e\.g\. " + shown + r"\).*x = torch\.round\(x \* 255\) / 255"):
+    fix = r"x = torch\.round\(x \* 255\) / 255"
+    with pytest.raises(RsmoothError, match=r"8-bit grid .*\(e\.g\. " + shown + r"\).*" + fix):
         SoundGaussian(0.25).check_image(x)
 
 

@@ -25,17 +25,19 @@ point that ``m = +-M`` reaches.  The noise is centred (mean 0; Voracek & Hein's 
 ``noise/255 - k - 1``, centred at +1/255, and adds it to ``x`` in float32, where one lattice point
 becomes two or three different floats: both avoided here).
 
-Drawing exactly: a uniform integer ``u`` in [0, 2^62) (``torch.randint``, a power of two, so
-exactly uniform) is compared with a table of integer thresholds ``T_j = round(2^62 Phi((j + 1/2) /
-(255 sigma)))``, ``j = -M..M-1`` (the inverse CDF, integer comparisons only; a guide table on
-``u``'s top 16 bits finds the answer in one comparison, a binary search only in the tails).  The
-thresholds are computed with mpmath at 200 bits (``mpmath.ncdf``, the exact value of the float
-``sigma``) and cached per sigma.  Rounding them moves each ``P(m)`` by at most 2^-62, so the drawn
-law is within total variation ``(2M + 1) 2^-63`` of ``P`` per coordinate (:attr:`SoundGaussian.tv`)
-and ``d n`` coordinates within ``d n`` times that (:meth:`SoundGaussian.alpha_slack`): a
-certificate at level alpha holds with probability at least ``1 - alpha - alpha_slack(d, n)``.
-rsmooth states this bound rather than lowering alpha: at sigma = 1, n = 100,000 it is 1.2e-7 for
-CIFAR-10 (3x32x32) and 5.8e-6 for ImageNet (3x224x224), 1/8,000 and 1/170 of alpha = 0.001.
+Drawing exactly: a uniform integer ``u`` in [0, 2^62) (two 31-bit halves, each exactly uniform:
+a power of two) is compared with a table of integer thresholds ``T_j = round(2^62 Phi((j + 1/2) /
+(255 sigma)))``, ``j = -M..M-1``: the inverse CDF, integer comparisons only.  A guide table on
+``u``'s top 16 bits gives the answer in one look-up; a binary search is needed only where a
+threshold lies in the bucket.  The thresholds are computed with mpmath at 200 bits
+(``mpmath.ncdf``, the exact value of the float ``sigma``) and cached per sigma.
+
+Rounding the thresholds moves each ``P(m)`` by at most 2^-62, so the drawn law is within total
+variation ``(2M + 1) 2^-63`` of ``P`` per coordinate (:attr:`SoundGaussian.tv`) and ``d n``
+coordinates within ``d n`` times that (:meth:`SoundGaussian.alpha_slack`): a certificate at level
+alpha holds with probability at least ``1 - alpha - alpha_slack(d, n)``. rsmooth states this bound
+rather than lowering alpha: at sigma = 1, n = 100,000 it is 1.2e-7 for CIFAR-10 (3x32x32) and
+5.8e-6 for ImageNet (3x224x224), 1/8,000 and 1/170 of alpha = 0.001.
 
 bf16 (``--precision bf16``): the float32 sample ``y / 255`` is cast to bfloat16 afterwards, still
 a function of ``y``, so the base classifier is just another ``f`` and the guarantee stands.  A
@@ -86,21 +88,22 @@ def thresholds(sigma: float) -> Tuple[int, ...]:
         return tuple(int(mpmath.nint(scale * mpmath.ncdf((j + half) / s))) for j in range(-big, big))
 
 
+#: the guide table's entry of a bucket that holds a threshold: its coordinates are searched
+SEARCH = -(2 ** 31)
+
+
 @functools.lru_cache(maxsize=32)
-def _tables(sigma: float, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """On ``device``: the thresholds (int64), and per bucket of ``u`` (its top 16 bits) the offset
-    ``m`` of the bucket's first value (int32), the top 31 bits of the one threshold inside it
-    (int32; 2^31 - 1 when none) and whether it holds more than one."""
+def _tables(sigma: float, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """On ``device``: the thresholds (int64) and the guide table (int32): per bucket of ``u`` (its
+    top 16 bits) the offset ``m`` of all its values, or :data:`SEARCH` when a threshold lies inside
+    it (at most 2M of the 2^16 buckets)."""
     table = torch.tensor(thresholds(sigma), dtype=torch.int64)
-    big = len(table) // 2
     shift = BITS - GUIDE_BITS
     starts = torch.arange(2 ** GUIDE_BITS, dtype=torch.int64) << shift
     first = torch.searchsorted(table, starts, right=True)  # thresholds <= the bucket's first u
     last = torch.searchsorted(table, starts + (1 << shift) - 1, right=True)  # ... <= its last u
-    padded = torch.cat([table, torch.tensor([2 ** BITS], dtype=torch.int64)])
-    inside = torch.where(last > first, padded[first] >> HALF, torch.tensor(2 ** HALF - 1, dtype=torch.int64))
-    return (table.to(device), (first - big).to(torch.int32).to(device), inside.to(torch.int32).to(device),
-            (last - first > 1).to(device))
+    guide = torch.where(last == first, first - len(table) // 2, torch.tensor(SEARCH, dtype=torch.int64))
+    return table.to(device), guide.to(torch.int32).to(device)
 
 
 def lattice_offsets(shape: Tuple[int, ...], sigma: float, generator: Optional[torch.Generator],
@@ -108,11 +111,11 @@ def lattice_offsets(shape: Tuple[int, ...], sigma: float, generator: Optional[to
     """Lattice offsets ``m`` (in steps of 1/255; int32 on the CPU, int64 elsewhere) of the
     truncated rounded Gaussian, exactly: ``-M + #{j: T_j <= u}`` for ``u`` uniform in [0, 2^62).
 
-    On the CPU ``u = hi 2^31 + lo`` is drawn in halves: ``hi`` for every coordinate, which with the
-    guide table settles all but those whose bucket holds several thresholds or whose ``hi`` ties
-    the one threshold's (a few in ten thousand, in the tails); ``lo`` is drawn for those only, and
-    they are searched in the whole table.  Exact: the others do not depend on ``lo``.  Elsewhere
-    ``u`` is drawn whole and searched (no wait for a data-dependent count)."""
+    On the CPU ``u = hi 2^31 + lo`` is drawn in halves: ``hi`` for every coordinate, whose top 16
+    bits settle ``m`` through the guide table unless a threshold lies in their bucket (at most
+    2M / 2^16 of the coordinates: 1.6% at sigma = 0.25); ``lo`` is drawn for those only, and they
+    are searched in the whole table.  Exact: the others do not depend on ``lo``.  Elsewhere ``u`` is
+    drawn whole and searched (no wait for a data-dependent count)."""
     device = torch.device(device)
     if device.type != "cpu":
         table = _tables(sigma, device)[0]
@@ -127,17 +130,13 @@ def guided(hi: torch.Tensor, sigma: float, low: Callable[[torch.Tensor], torch.T
     """``-M + #{j: T_j <= hi 2^31 + lo}`` (int32) for ``hi`` (int32 in [0, 2^31)) on the CPU, where
     ``low(where)`` gives ``lo`` (int64 in [0, 2^31)) for the coordinates ``where`` (flat indices)
     that need it, and only for those."""
-    table, base, inside, many = _tables(sigma, hi.device)
-    shape = hi.shape
-    bucket = (hi >> (HALF - GUIDE_BITS)).view(-1)
-    top = inside.index_select(0, bucket).view(shape)
-    hard = (hi == top).logical_or_(many.index_select(0, bucket).view(shape))
-    m = base.index_select(0, bucket).view(shape).sub_(top.sub_(hi).bitwise_right_shift_(31))  # + (hi > top)
-    if bool(hard.any()):
-        where = hard.view(-1).nonzero().squeeze(1)
+    table, guide = _tables(sigma, hi.device)
+    m = guide.index_select(0, (hi >> (HALF - GUIDE_BITS)).view(-1))
+    where = (m == SEARCH).nonzero().squeeze(1)
+    if len(where):
         u = (hi.view(-1).index_select(0, where).to(torch.int64) << HALF) + low(where)
-        m.view(-1)[where] = (torch.searchsorted(table, u, right=True) - len(table) // 2).to(m.dtype)
-    return m
+        m[where] = (torch.searchsorted(table, u, right=True) - len(table) // 2).to(m.dtype)
+    return m.view(hi.shape)
 
 
 @functools.lru_cache(maxsize=32)
