@@ -351,5 +351,4 @@ def is_attack_file(path: Union[str, Path]) -> bool:
 
 def attack_noise(meta: dict) -> Noise:
     """The noise an attack or certify sidecar records (Gaussian at its sigma when it names none)."""
-    return noise_from_spec({k: meta.get(k) for k in ("noise", "sigma") if meta.get(k) is not None}
-                           | {k: v for k, v in (meta.get("noise_params") or {}).items()})
+    return noise_from_spec({"noise": meta.get("noise"), "sigma": meta.get("sigma")})
