@@ -349,6 +349,13 @@ def is_attack_file(path: Union[str, Path]) -> bool:
     return False
 
 
+def merges_attack(out: Union[str, Path], shards: Sequence[Union[str, Path]] = ()) -> bool:
+    """Whether the shards that merge into ``out`` (given, or found beside it) are an attack's."""
+    from .shards import shard_names
+
+    return any(is_attack_file(p) for p in [*map(Path, shards), *shard_names(Path(out), ATTACK).values(), Path(out)])
+
+
 def attack_noise(meta: dict) -> Noise:
     """The noise an attack or certify sidecar records (Gaussian at its sigma when it names none)."""
     return noise_from_spec({"noise": meta.get("noise"), "sigma": meta.get("sigma")})

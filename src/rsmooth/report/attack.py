@@ -57,7 +57,7 @@ def empirical_table(certify: PathLike, attack: PathLike, *, fmt: str = "markdown
     empirical = empirical_accuracy(att, eps)
     meta = read_sidecar(attack) or {}
     rows: List[Dict[str, object]] = [
-        {"radius": e, "certified": float(c), "empirical": empirical[e], "below": empirical[e] < c - 1e-12}
+        {"radius": e, "certified": float(c), "empirical": empirical[e], "below": bool(empirical[e] < c - 1e-12)}
         for e, c in zip(eps, certified)]
     if plot is not None:
         plot_empirical(cert, att, plot, attack_name=str(meta.get("attack", "attack")).upper())
