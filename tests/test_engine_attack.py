@@ -135,3 +135,23 @@ def test_analyze_attack_of_other_images_or_sigma_is_one_line(ckpt, certified, wh
     bad.write_text(ATTACK_HEADER.replace("eps", "radius") + "\n")
     assert main(["analyze", str(certified), "--attack", str(bad)]) != 0
     assert "not an attack TSV" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two ranks starting PyTorch: ~25 s on a loaded 2-core machine
+def test_torchrun_ranks_give_the_one_process_file(ckpt, whole, tmp_path):
+    import shutil
+    import subprocess
+
+    from conftest import SUBPROCESS_ENV
+
+    if shutil.which("torchrun") is None:
+        pytest.skip("torchrun is not installed")
+    out = tmp_path / "a.tsv"
+    flags = ["--checkpoint", ckpt, *CLI_MODEL, "--eps", "0.2", "0.5", "--n", "100", "--num-steps", "2",
+             "--num-noise", "2", "--batch-size", "100", "--skip", "7", "--max", "4", "--out", str(out)]
+    done = subprocess.run(["torchrun", "--standalone", "--nproc-per-node", "2", "--monitor-interval", "0.1",
+                           "-m", "rsmooth", "--", "attack", *flags], env=SUBPROCESS_ENV, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert _rows(out) == _rows(whole)
+    assert json.loads(Path(f"{out}.json").read_text())["merged_shards"] == 2

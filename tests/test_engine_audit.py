@@ -3,7 +3,6 @@ reported, the count is set against what alpha allows, counterexamples are writte
 a run resumes, and bad input is one line."""
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
