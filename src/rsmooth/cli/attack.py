@@ -52,7 +52,10 @@ def _add_attack(sub: argparse._SubParsersAction) -> None:
                    "a public checkpoint with --dataset")
     a.add_argument("--dataset", choices=catalog.datasets(), help="default: the checkpoint's")
     a.add_argument("--split", default="test", choices=["test", "train"], help="default: test")
-    a.add_argument("--sigma", type=number, help="Gaussian noise level (default: the checkpoint's)")
+    a.add_argument("--sigma", type=number, help="noise level, std in [0,1] pixel units (default: the checkpoint's)")
+    a.add_argument("--noise", default="gaussian", metavar="NAME",
+                   help="the smoothing noise, as certify names it: the attack's m noises and PREDICT's are drawn "
+                   "from it (default: gaussian)")
     a.add_argument("--eps", type=number, nargs="+", default=[0.25, 0.5, 0.75, 1.0],
                    help="l2 attack radii, each > 0 (default: 0.25 0.5 0.75 1.0)")
     a.add_argument("--attack", default="pgd", choices=["pgd", "ddn"],
@@ -110,9 +113,10 @@ def run_attack_command(args: argparse.Namespace) -> None:
 
     out = run_attack(args.checkpoint, args.out, eps=args.eps, attack=args.attack, num_steps=args.num_steps,
                      num_noise=args.num_noise, n=args.n, alpha=args.alpha, dataset=args.dataset, split=args.split,
-                     sigma=args.sigma, batch_size=args.batch_size, start=args.start, skip=args.skip, max=args.max,
-                     shard=args.shard, seed=args.seed, data_dir=args.data_dir, device=args.device,
-                     overwrite=args.overwrite, trust_pickle=args.trust_pickle, trust_code=args.trust_code,
+                     sigma=args.sigma, noise=args.noise, batch_size=args.batch_size, start=args.start,
+                     skip=args.skip, max=args.max, shard=args.shard, seed=args.seed, data_dir=args.data_dir,
+                     device=args.device, overwrite=args.overwrite, trust_pickle=args.trust_pickle,
+                     trust_code=args.trust_code,
                      model_options=model_options(args), heartbeat=args.heartbeat)
     if world().main:
         print(f"results: {out}{world().note}")

@@ -111,7 +111,8 @@ class AuditSummary:
 
     def line(self) -> str:
         lo, hi = self.interval
-        verdict = "consistent with alpha" if self.consistent else "MORE than alpha allows: the certificates are not sound"
+        verdict = ("consistent with alpha" if self.consistent
+                   else "MORE than alpha allows: the certificates are not sound")
         return (f"audit: {self.counterexamples} counterexamples in {self.images} certified images "
                 f"({100 * lo:.2f}%-{100 * hi:.2f}%, {100 * (1 - self.beta):g}% Clopper-Pearson); alpha allows "
                 f"{self.expected:.3g} expected, at most {self.allowed} at {100 * (1 - self.beta):g}% "
@@ -172,7 +173,8 @@ class AuditJob:
                                    f"got {self.shrink!r}")
         check((self.points is None) == (self.indices is None),
               "--points and --indices go together: the perturbed inputs and the test index of each")
-        values = {"attacks": tuple(dict.fromkeys(attacks)), "restarts": validate_count("restarts", self.restarts, minimum=0),
+        values = {"attacks": tuple(dict.fromkeys(attacks)),
+                  "restarts": validate_count("restarts", self.restarts, minimum=0),
                   "num_steps": validate_count("num_steps", self.num_steps),
                   "num_noise": validate_count("num_noise", self.num_noise),
                   "n": None if self.n is None else validate_count("n", self.n),

@@ -82,8 +82,8 @@ def read_attack_tsv(path: PathLike, *, growing: bool = False) -> AttackResult:
         text = text[:text.rfind("\n") + 1]
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines or lines[0].strip() != ATTACK_HEADER:
-        raise RsmoothError(f"{path} is not an attack TSV (its header is not '{' '.join(ATTACK_COLUMNS)}'); give the --out "
-                           f"of 'rsmooth attack'")
+        raise RsmoothError(f"{path} is not an attack TSV (its header is not '{' '.join(ATTACK_COLUMNS)}'); "
+                           f"give the --out of 'rsmooth attack'")
     rows = _parse(path, lines[1:])
     cols = list(zip(*rows)) if rows else [[] for _ in ATTACK_COLUMNS]
     dtypes = (np.int64, np.int64, np.float64, np.int64, bool, np.float64, np.float64)
