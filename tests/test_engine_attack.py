@@ -155,3 +155,12 @@ def test_torchrun_ranks_give_the_one_process_file(ckpt, whole, tmp_path):
     assert done.returncode == 0, done.stderr
     assert _rows(out) == _rows(whole)
     assert json.loads(Path(f"{out}.json").read_text())["merged_shards"] == 2
+
+
+def test_heartbeat_lines_where_no_bar_is_drawn(ckpt, tmp_path):
+    lines = []
+    run_attack(ckpt, str(tmp_path / "a.tsv"), **{**FAST, "max": 2, "heartbeat": 0.001, "progress": True,
+                                                 "log": lines.append})
+    beats = [ln for ln in lines if ln.startswith("attack: 1/2 images")]
+    assert beats and "samples/s" in beats[0]
+    assert lines[-1].startswith("attack: 2 images, empirical accuracy")
