@@ -164,3 +164,11 @@ def test_heartbeat_lines_where_no_bar_is_drawn(ckpt, tmp_path):
     beats = [ln for ln in lines if ln.startswith("attack: 1/2 images")]
     assert beats and "samples/s" in beats[0]
     assert lines[-1].startswith("attack: 2 images, empirical accuracy")
+
+
+def test_overwrite_replaces_only_an_attack_file(ckpt, tmp_path):
+    other = tmp_path / "notes.tsv"
+    other.write_text("my notes\n")
+    with pytest.raises(RsmoothError, match="not an attack TSV"):
+        run_attack(ckpt, str(other), overwrite=True, **FAST)
+    assert other.read_text() == "my notes\n"

@@ -181,7 +181,12 @@ def _run(job: AttackJob) -> Path:
     target = Path(job.out) if shard is None else shard_path(job.out, shard)
     ckpt = resolve_checkpoint_path(job.checkpoint)
     for p in {Path(job.out), target}:
-        check_output_file(str(p), inputs=[ckpt])
+        path = check_output_file(str(p), inputs=[ckpt])
+        if job.overwrite and path.is_file() and path.stat().st_size > 0:
+            with open(path, "rb") as f:
+                first = f.read(len(ATTACK_HEADER) + 2).decode("utf-8", "replace").splitlines()[:1]
+            check(first == [ATTACK_HEADER], f"--out {p} exists and is not an attack TSV; --overwrite replaces only "
+                                            f"attack results: choose another {setting('out')} or delete the file")
     loaded = load_model(job.checkpoint, dataset=job.dataset, trust_pickle=job.trust_pickle,
                         trust_code=job.trust_code, **(job.model_options or {}))
     sigma = job.sigma if job.sigma is not None else loaded.sigma
