@@ -192,3 +192,13 @@ def test_bad_files_are_one_line(run, tmp_path):
     torch.save(create_model("digits_cnn", "digits").state_dict(), other)
     with pytest.raises(RsmoothError, match="not the model") as e:
         run_audit(str(other), cert, str(tmp_path / "o"), **FAST)
+
+
+def test_missing_or_foreign_certify_files_are_one_line(run, tmp_path):
+    ckpt, _ = run
+    with pytest.raises(RsmoothError, match="not found"):
+        run_audit(ckpt, str(tmp_path / "none.tsv"), str(tmp_path / "o"), **FAST)
+    bare = tmp_path / "bare.tsv"
+    bare.write_text("idx\tlabel\tpredict\tradius\tcorrect\ttime\n")
+    with pytest.raises(RsmoothError, match="no sidecar"):
+        run_audit(ckpt, str(bare), str(tmp_path / "o"), **FAST)

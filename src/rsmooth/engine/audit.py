@@ -35,6 +35,7 @@ from ..errors import RsmoothError, check
 from ..fileio import atomic_write_bytes, make_folder_nofollow, open_nofollow, run_lock
 from ..metrics import read_certify_tsv, read_sidecar
 from ..metrics.intervals import clopper_pearson_interval, wrong_certificates_bound
+from ..paths import check_output_dir
 from ..progress import Heartbeat, emit, progress_bar
 from ..seeding import generator, validate_seed
 from ..smoothing import Smooth, validate_alpha, validate_count
@@ -219,6 +220,7 @@ def run_audit(checkpoint: str, certify: str, out: str, *, attacks: Sequence[str]
 
 def _certified(cert_path: str) -> Tuple[dict, Dict[int, Tuple[int, int, float]]]:
     """(the certify sidecar, idx -> (label, class, radius) of every row)."""
+    check(Path(cert_path).is_file(), f"--certify {cert_path} not found; give the --out of 'rsmooth certify'")
     meta = read_sidecar(cert_path)
     check(meta is not None, f"{cert_path} has no sidecar {cert_path}.json; the audit needs the run's noise, "
                             f"dataset and checkpoint: give a file written by 'rsmooth certify'")
@@ -232,6 +234,7 @@ def _run(job: AuditJob) -> AuditSummary:
     from ..data import get_dataset
     from .checkpoint import file_sha256, load_model, resolve_device
 
+    check_output_dir(job.out)
     meta, rows = _certified(job.certify)
     dev = resolve_device(job.device)
     loaded = load_model(job.checkpoint, dataset=meta.get("dataset"), trust_pickle=job.trust_pickle,
