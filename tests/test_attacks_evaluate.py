@@ -17,7 +17,7 @@ from torch import nn, optim
 
 from rsmooth import RsmoothError
 from rsmooth.attacks.evaluate import (DDN_INIT_NORM, EVAL_NUM_NOISE, EVAL_STEPS, attack_smoothed, attack_with_noises,
-                                      ddn_gamma)
+                                      ddn_gamma, draw_noises)
 from rsmooth.smoothing.noises import make_noise
 
 pytestmark = pytest.mark.filterwarnings("ignore:Detected call of")  # the reference's order
@@ -118,11 +118,11 @@ def _model(seed=0):
 
 
 def _data(seed=1, sigma=0.5):
-    """8-bit images, labels, and rsmooth's noise (Gaussian.sample) for M copies of each, float64."""
+    """8-bit images, labels, and rsmooth's noise (Gaussian.draw) for M copies of each, float64."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(0, 256, (B, *SHAPE), generator=g).double() / 255
     y = torch.randint(0, K, (B,), generator=g)
-    noises = make_noise("gaussian", sigma).sample((B * M, *SHAPE), generator=g, dtype=torch.float64)
+    noises = draw_noises(make_noise("gaussian", sigma), (B * M, *SHAPE), g, x)
     return x, y, noises
 
 
@@ -174,13 +174,13 @@ def test_evaluation_attack_with_quantisation_stays_in_the_ball_within_a_level_of
 
 
 def test_attack_smoothed_draws_m_noises_once_from_the_generator():
-    """attack_smoothed = attack_with_noises on noise.sample((B*m, ...)) from the generator, first."""
+    """attack_smoothed = attack_with_noises on draw_noises((B*m, ...)) from the generator, first."""
     model, (x, y, _) = _model(), _data()
     noise = make_noise("gaussian", 0.5)
     a = attack_smoothed(model, x, y, noise, eps=0.5, num_noise=M, num_steps=4,
                         generator=torch.Generator().manual_seed(7))
     g = torch.Generator().manual_seed(7)
-    noises = noise.sample((B * M, *SHAPE), generator=g, dtype=x.dtype)
+    noises = draw_noises(noise, (B * M, *SHAPE), g, x)
     b = attack_with_noises(model, x, y, noises, eps=0.5, num_steps=4, generator=g)
     assert torch.equal(a, b)
     assert EVAL_STEPS == 20 and EVAL_NUM_NOISE == 32 and DDN_INIT_NORM == 1.0

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ..smoothing.noises import Noise
 
 __all__ = ["EVAL_ATTACKS", "EVAL_STEPS", "EVAL_NUM_NOISE", "DDN_INIT_NORM", "ddn_gamma", "validate_eps",
-           "attack_smoothed", "attack_with_noises"]
+           "attack_smoothed", "attack_with_noises", "draw_noises"]
 
 #: the evaluation attacks (predict.py ``--attack``)
 EVAL_ATTACKS = ("pgd", "ddn")
@@ -74,11 +74,18 @@ def attack_with_noises(model: nn.Module, x: torch.Tensor, y: torch.Tensor, noise
                               init_norm=init_norm, generator=generator)
 
 
+def draw_noises(noise: "Noise", shape, generator: Optional[torch.Generator], like: torch.Tensor) -> torch.Tensor:
+    """Noise alone of ``shape`` in ``like``'s dtype and device: ``noise.draw`` around a zero image (the
+    reference's ``torch.randn_like(x) * sigma`` for the Gaussian)."""
+    out = torch.empty(shape, device=like.device, dtype=like.dtype)
+    return noise.draw(out, torch.zeros((), device=like.device, dtype=like.dtype), generator)
+
+
 def attack_smoothed(model: nn.Module, x: torch.Tensor, y: torch.Tensor, noise: "Noise", *, eps: float,
                     attack: str = "pgd", num_steps: int = EVAL_STEPS, num_noise: int = EVAL_NUM_NOISE,
                     generator: Optional[torch.Generator] = None) -> torch.Tensor:
     """SmoothAdv's evaluation attack on g = ``noise``-smoothed ``model`` at x [B, C, H, W] (labels
-    y [B]): m = ``num_noise`` noises per image drawn once from ``generator`` (``noise.sample``),
+    y [B]): m = ``num_noise`` noises per image drawn once from ``generator`` (:func:`draw_noises`),
     then :func:`attack_with_noises`.  Returns x' [B, C, H, W], detached.
 
     Example:
@@ -93,6 +100,5 @@ def attack_smoothed(model: nn.Module, x: torch.Tensor, y: torch.Tensor, noise: "
         raise RsmoothError(f"--num-noise (m, noises per attack step) must be an integer >= 1, got {num_noise!r}")
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
         raise RsmoothError(f"--num-steps must be an integer >= 1, got {num_steps!r}")
-    noises = noise.sample((x.shape[0] * num_noise, *x.shape[1:]), generator=generator, device=x.device,
-                          dtype=x.dtype)
+    noises = draw_noises(noise, (x.shape[0] * num_noise, *x.shape[1:]), generator, x)
     return attack_with_noises(model, x, y, noises, eps=eps, attack=attack, num_steps=num_steps, generator=generator)

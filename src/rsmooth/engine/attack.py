@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import inspect
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,18 +47,14 @@ from .shards import SHARD_FIELDS, ShardKind, identity_diff, lock_path, merge_sha
 ATTACK_KIND = "rsmooth-attack"
 #: sidecar fields that must agree for a run to continue a file, and for shards to merge
 ATTACK_IDENTITY = ("kind", "attack", "eps", "num_steps", "num_noise", "n", "alpha", "dataset", "split", "noise",
-                   "sigma", "start", "skip", "max", "seed", "checkpoint_sha256")
+                   "sigma", "noise_params", "start", "skip", "max", "seed", "checkpoint_sha256")
 #: the default eps: Table 4's radii
 DEFAULT_EPS = (0.25, 0.5, 0.75, 1.0)
 
 
 def make_smooth(model: torch.nn.Module, num_classes: int, noise: Noise) -> Smooth:
-    """``Smooth`` of ``model`` under ``noise``: passed as ``noise=`` where Smooth takes one, else
-    (Smooth of Cohen's signature) only the Gaussian, at its sigma."""
-    if "noise" in inspect.signature(Smooth).parameters:
-        return Smooth(model, num_classes, noise.sigma, noise=noise)  # type: ignore[call-arg]
-    check(noise.name == "gaussian", f"this version smooths with Gaussian noise only, not {noise.name!r}")
-    return Smooth(model, num_classes, noise.sigma)
+    """``Smooth`` of ``model`` under the noise object ``noise``."""
+    return Smooth(model, num_classes, noise)
 
 
 def predict_votes(smooth: Smooth, x: torch.Tensor, n: int, alpha: float, batch_size: int,
@@ -67,7 +62,7 @@ def predict_votes(smooth: Smooth, x: torch.Tensor, n: int, alpha: float, batch_s
     """PREDICT (:class:`~rsmooth.smoothing.procedures.Predict`) at one image x [C, H, W]: (the class
     or -1, the n votes per class [K])."""
     counts = smooth.count_votes(x.unsqueeze(0), n, batch_size, generator=gen)[0].cpu().numpy()
-    steps = Predict(n, alpha).steps(smooth.sigma)
+    steps = Predict(n, alpha).steps(smooth.noise)
     next(steps)
     try:
         steps.send(counts)
@@ -199,7 +194,7 @@ def _run(job: AttackJob) -> Path:
     check(bool(indices), f"--start {job.start} is past the last {job.split} example (index {len(data) - 1})")
     meta = {"kind": ATTACK_KIND, "attack": job.attack, "eps": job.eps, "num_steps": job.num_steps,
             "num_noise": job.num_noise, "n": job.n, "alpha": job.alpha, "dataset": loaded.dataset,
-            "split": job.split, **noise.spec(), "start": job.start, "skip": job.skip, "max": job.max,
+            "split": job.split, **noise.spec(), "norm": noise.norm, "start": job.start, "skip": job.skip, "max": job.max,
             "num_examples": len(indices), "seed": job.seed, "batch_size": job.batch_size,
             "checkpoint": str(loaded.path), "checkpoint_sha256": file_sha256(loaded.path), "arch": loaded.arch,
             "method": loaded.meta.get("method"), "device": str(dev), "versions": versions(),
@@ -368,4 +363,4 @@ def merges_attack(out: Union[str, Path], shards: Sequence[Union[str, Path]] = ()
 
 def attack_noise(meta: dict) -> Noise:
     """The noise an attack or certify sidecar records (Gaussian at its sigma when it names none)."""
-    return noise_from_spec({"noise": meta.get("noise"), "sigma": meta.get("sigma")})
+    return noise_from_spec(meta)

@@ -39,7 +39,7 @@ def _match(certify: PathLike, attack: PathLike):
     check(bad is None, f"--attack {attack}: image {bad} has another label than in {certify}; they are not of one "
                        f"dataset and split")
     cm, am = read_sidecar(certify) or {}, read_sidecar(attack) or {}
-    for key in ("sigma", "noise", "dataset", "split"):
+    for key in ("sigma", "noise", "noise_params", "dataset", "split"):
         a, c = am.get(key), cm.get(key, "gaussian" if key == "noise" else None)
         check(a is None or c is None or a == c, f"--attack {attack} has {key} {a!r}, {certify} {c!r}: the "
                                                 f"empirical and certified accuracy of different smoothed "
