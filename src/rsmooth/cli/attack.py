@@ -53,9 +53,9 @@ def _add_attack(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--dataset", choices=catalog.datasets(), help="default: the checkpoint's")
     a.add_argument("--split", default="test", choices=["test", "train"], help="default: test")
     a.add_argument("--sigma", type=number, help="noise level, std in [0,1] pixel units (default: the checkpoint's)")
-    a.add_argument("--noise", default="gaussian", metavar="NAME",
+    a.add_argument("--noise", metavar="NAME",
                    help="the smoothing noise, as certify names it: the attack's m noises and PREDICT's are drawn "
-                   "from it (default: gaussian)")
+                   "from it (default: the one the checkpoint was trained with, else gaussian)")
     a.add_argument("--eps", type=number, nargs="+", default=[0.25, 0.5, 0.75, 1.0],
                    help="l2 attack radii, each > 0 (default: 0.25 0.5 0.75 1.0)")
     a.add_argument("--attack", default="pgd", choices=["pgd", "ddn"],

@@ -39,6 +39,7 @@ from ..smoothing import Smooth, validate_alpha, validate_count, validate_sigma
 from ..smoothing.noises import Noise, make_noise, noise_from_spec
 from ..smoothing.procedures import Predict
 from . import distributed
+from .certify import trained_noise
 from .checkpoint import file_sha256, git_commit, load_model, resolve_checkpoint_path, resolve_device, versions
 from .shards import SHARD_FIELDS, ShardKind, identity_diff, lock_path, merge_shards, parse_shard, shard_path, \
     shard_share
@@ -86,7 +87,7 @@ class AttackJob:
     dataset: Optional[str] = None
     split: str = "test"
     sigma: Optional[float] = None
-    noise: str = "gaussian"
+    noise: Optional[str] = None  # default: the checkpoint's trained noise, else Gaussian
     batch_size: int = 1000
     start: int = 0
     skip: int = 1
@@ -113,7 +114,7 @@ class AttackJob:
             "num_noise": _noise_count(self.num_noise),
             "n": validate_count("n", self.n), "alpha": validate_alpha(self.alpha),
             "sigma": None if self.sigma is None else validate_sigma(self.sigma),
-            "noise": make_noise(self.noise, 1.0).name,
+            "noise": None if self.noise is None else make_noise(self.noise, 1.0).name,
             "batch_size": validate_count("batch_size", self.batch_size),
             "start": validate_count("start", self.start, minimum=0), "skip": validate_count("skip", self.skip),
             "max": None if self.max is None else validate_count("max", self.max),
@@ -136,7 +137,7 @@ def _noise_count(m: Any) -> int:
 def run_attack(checkpoint: str, out: str, *, eps: Sequence[float] = DEFAULT_EPS, attack: str = "pgd",
                num_steps: int = EVAL_STEPS, num_noise: int = EVAL_NUM_NOISE, n: int = 100_000,
                alpha: float = 0.001, dataset: Optional[str] = None, split: str = "test",
-               sigma: Optional[float] = None, noise: str = "gaussian", batch_size: int = 1000, start: int = 0,
+               sigma: Optional[float] = None, noise: Optional[str] = None, batch_size: int = 1000, start: int = 0,
                skip: int = 1,
                max: Optional[int] = None, shard: Optional[Union[str, Sequence[int]]] = None, seed: int = 0,
                data_dir: Optional[str] = None, device: Optional[str] = None, overwrite: bool = False,
@@ -150,7 +151,8 @@ def run_attack(checkpoint: str, out: str, *, eps: Sequence[float] = DEFAULT_EPS,
     ``attack``: ``"pgd"`` or ``"ddn"`` with ``num_steps`` steps and ``num_noise`` noises per step
     (SmoothAdv's evaluation settings by default: T = 20, m = 32; :mod:`rsmooth.attacks.evaluate`).
     sigma and dataset default to the checkpoint's; ``noise`` names the smoothing noise
-    (:data:`~rsmooth.smoothing.noises.NOISES`; Gaussian by default), which the attack draws its m
+    (:data:`~rsmooth.smoothing.noises.NOISES`; default: the one the checkpoint was trained with,
+    else Gaussian), which the attack draws its m
     noises from and PREDICT smooths with.  An existing ``out`` of
     the same settings is continued; ``shard``, ``torchrun``, ``heartbeat`` as for
     :func:`~rsmooth.engine.run_certification`.  Returns the TSV written (a shard's own file).
@@ -186,7 +188,7 @@ def _run(job: AttackJob) -> Path:
                         trust_code=job.trust_code, **(job.model_options or {}))
     sigma = job.sigma if job.sigma is not None else loaded.sigma
     check(sigma is not None, f"checkpoint {loaded.path} does not record sigma; pass --sigma (e.g. 0.25)")
-    noise = make_noise(job.noise, sigma)
+    noise = make_noise(job.noise if job.noise is not None else trained_noise(loaded), sigma)
     model = loaded.model.to(dev).eval()
     smooth = make_smooth(model, loaded.num_classes, noise)
     data = get_dataset(loaded.dataset, job.split, data_dir=job.data_dir)
