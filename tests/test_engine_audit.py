@@ -202,3 +202,21 @@ def test_missing_or_foreign_certify_files_are_one_line(run, tmp_path):
     bare.write_text("idx\tlabel\tpredict\tradius\tcorrect\ttime\n")
     with pytest.raises(RsmoothError, match="no sidecar"):
         run_audit(ckpt, str(bare), str(tmp_path / "o"), **FAST)
+
+
+def test_cli_audit_of_points_from_files(run, tmp_path, capsys):
+    from rsmooth.cli import main
+    from rsmooth.data import get_dataset
+
+    ckpt, cert = run
+    x = get_dataset("digits", "test")[0][0]
+    np.save(tmp_path / "p.npy", x[None].numpy())
+    np.save(tmp_path / "i.npy", np.array([0]))
+    args = ["audit", "--checkpoint", ckpt, "--arch", "digits_cnn", "--certify", cert, "--out", str(tmp_path / "o"),
+            "--points", str(tmp_path / "p.npy"), "--n", "100"]
+    assert main([*args, "--indices", str(tmp_path / "i.npy")]) == 0
+    out = capsys.readouterr().out
+    assert "audit: 0 counterexamples" in out and out.strip().endswith(f"results: {tmp_path / 'o'}")
+    assert main([*args, "--indices", "zero"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "--indices" in err and len(err.splitlines()) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import RsmoothError
 from . import catalog
 from .flags import (TRUST_PICKLE, UNITS, add_arch_flags, add_common_data, add_foreign_flags, add_heartbeat_flag,
                     add_trust_code_flag, any_integer, integer, model_options, number)
@@ -102,7 +103,8 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
                    "alpha allows (default: 0.05)")
     a.add_argument("--max", type=integer, help="audit at most this many certified examples (default: all)")
     a.add_argument("--points", help="a .npy [N, C, H, W] of perturbed inputs to check instead of attacking")
-    a.add_argument("--indices", type=integer, nargs="+", help="the test index of each of --points")
+    a.add_argument("--indices", nargs="+", metavar="I", help="the test index of each of --points: integers, or "
+                   "one .npy file of them")
     _model_flags(a)
     a.set_defaults(func=run_audit_command)
 
@@ -127,7 +129,17 @@ def run_audit_command(args: argparse.Namespace) -> None:
 
     run_audit(args.checkpoint, args.certify, args.out, attacks=args.attack, restarts=args.restarts,
               num_steps=args.num_steps, num_noise=args.num_noise, shrink=args.shrink, n=args.n, alpha=args.alpha,
-              points=args.points, indices=args.indices, beta=args.beta, batch_size=args.batch_size, max=args.max,
+              points=args.points, indices=_indices(args.indices), beta=args.beta, batch_size=args.batch_size, max=args.max,
               seed=args.seed, data_dir=args.data_dir, device=args.device, trust_pickle=args.trust_pickle,
               trust_code=args.trust_code, model_options=model_options(args), heartbeat=args.heartbeat)
     print(f"results: {args.out}")
+
+
+def _indices(values):
+    """--indices: a .npy file's path, or integers (one-line error otherwise)."""
+    if values is None or (len(values) == 1 and values[0].endswith(".npy")):
+        return None if values is None else values[0]
+    try:
+        return [integer(v) for v in values]
+    except argparse.ArgumentTypeError as e:
+        raise RsmoothError(f"--indices: {e} (give integers or one .npy file)") from None

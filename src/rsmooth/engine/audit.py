@@ -152,7 +152,7 @@ class AuditJob:
     n: Optional[int] = None
     alpha: Optional[float] = None
     points: Optional[str] = None
-    indices: Optional[Sequence[int]] = None
+    indices: Optional[Union[Sequence[int], str]] = None  # or a .npy of them
     beta: float = 0.05
     batch_size: int = 1000
     max: Optional[int] = None
@@ -174,7 +174,7 @@ class AuditJob:
                                    f"got {self.shrink!r}")
         check((self.points is None) == (self.indices is None),
               "--points and --indices go together: the perturbed inputs and the test index of each")
-        values = {"attacks": tuple(dict.fromkeys(attacks)),
+        values = {"indices": _indices(self.indices), "attacks": tuple(dict.fromkeys(attacks)),
                   "restarts": validate_count("restarts", self.restarts, minimum=0),
                   "num_steps": validate_count("num_steps", self.num_steps),
                   "num_noise": validate_count("num_noise", self.num_noise),
@@ -193,7 +193,8 @@ class AuditJob:
 def run_audit(checkpoint: str, certify: str, out: str, *, attacks: Sequence[str] = EVAL_ATTACKS,
               restarts: int = 1, num_steps: int = EVAL_STEPS, num_noise: int = EVAL_NUM_NOISE,
               shrink: float = DEFAULT_SHRINK, n: Optional[int] = None, alpha: Optional[float] = None,
-              points: Optional[str] = None, indices: Optional[Sequence[int]] = None, beta: float = 0.05,
+              points: Optional[str] = None, indices: Optional[Union[Sequence[int], str]] = None,
+              beta: float = 0.05,
               batch_size: int = 1000, max: Optional[int] = None, seed: int = 0, data_dir: Optional[str] = None,
               device: Optional[str] = None, trust_pickle: bool = False, trust_code: bool = False,
               model_options: Optional[Dict[str, Any]] = None, progress: bool = True,
@@ -204,7 +205,7 @@ def run_audit(checkpoint: str, certify: str, out: str, *, attacks: Sequence[str]
     rounds of each of ``attacks`` (SmoothAdv's evaluation PGD/DDN, ``num_steps``, ``num_noise``)
     attack c at eps = r (1 - ``shrink``), and PREDICT (``n``, ``alpha``: default the certify file's)
     checks each point; the first counterexample of an image ends its search.  With ``points`` (a
-    .npy [N, C, H, W]) and ``indices`` (N test indices), those points are checked instead.  The
+    .npy [N, C, H, W]) and ``indices`` (N test indices, or a .npy of them), those points are checked instead.  The
     noise is the certify file's (its sidecar's ``noise`` and ``sigma``).  Returns the
     :class:`AuditSummary` (also in ``out/audit.json``); see the module docstring for the files.
 
@@ -228,6 +229,22 @@ def _certified(cert_path: str) -> Tuple[dict, Dict[int, Tuple[int, int, float]]]
     res = read_certify_tsv(cert_path)
     rows = {int(i): (int(lab), int(p), float(r)) for i, lab, p, r in zip(res.idx, res.label, res.predict, res.radius)}
     return meta, rows
+
+
+def _indices(indices: Any) -> Optional[List[int]]:
+    """The points' test indices: integers, or a .npy file of them."""
+    if indices is None:
+        return None
+    if isinstance(indices, (str, Path)):
+        try:
+            indices = np.load(indices, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise RsmoothError(f"--indices {indices}: not a .npy array of test indices ({e})") from None
+        check(indices.ndim == 1 and indices.dtype.kind in "iu", f"--indices: the .npy must hold one integer per "
+                                                               f"point, got {indices.dtype} {indices.shape}")
+    out = [int(i) for i in indices]
+    check(all(i >= 0 for i in out), "--indices are test indices, >= 0")
+    return out
 
 
 def _run(job: AuditJob) -> AuditSummary:
