@@ -31,7 +31,7 @@ def test_cli_certifies_behind_the_diffusion_model_and_records_it(files, tmp_path
           "--batch-size", "25", "--out", str(out)])
     printed = capsys.readouterr().out
     t, realised = choose_timestep(linear_schedule(1000), 0.25)
-    assert f"diffusion: sigma 0.25 -> t* = {t} of 1000 (realised sigma {realised:.4g}); 1 UNet pass(es)" in printed
+    assert f"diffusion: sigma 0.25 -> t* = {t} of 1000 (rounding up, realised sigma {realised:.4g})" in printed
     assert "estimate: 3 images x 50 samples = 150 samples at " in printed
     meta = read_sidecar(out)
     assert meta["diffusion"] == str(files / "ddpm.pt") and len(meta["diffusion_sha256"]) == 64

@@ -83,6 +83,8 @@ def resolve_checkpoint_path(path: Union[str, Path]) -> Path:
         raise RsmoothError(f"checkpoint must be a file or folder path (str or pathlib.Path), "
                            f"got {type(path).__name__} {path!r:.60}")
     p = Path(path)
+    if p.is_dir() and not (p / CHECKPOINT_NAME).exists() and (p / "config.json").is_file():
+        return p  # a transformers folder (models/hub.py)
     if p.is_dir():
         p = p / CHECKPOINT_NAME
     if not p.exists():
@@ -439,7 +441,11 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
         smooth = rsmooth.Smooth(loaded.model, loaded.num_classes, loaded.sigma)
         ```
     """
+    from ..models.hub import is_hub_arch
+
     check_arch_kwargs(arch_kwargs)
+    if is_hub_arch(arch):
+        return _load_hub(path, dataset, arch, mean, std, num_classes, arch_kwargs)
     ckpt = read_checkpoint(path, trust_pickle=trust_pickle)
     p = resolve_checkpoint_path(path)
     given = {"arch_kwargs": arch_kwargs, "mean": mean, "std": std, "num_classes": num_classes}
@@ -459,6 +465,23 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
     model = _build(p, name, dataset, ckpt, given, named=arch is not None, hint=hint)
     return LoadedModel(model, name, dataset, num_classes or dataset_info(dataset).num_classes, None, p,
                        {"epoch": ckpt.get("epoch"), "public_arch": ckpt.get("arch")})
+
+
+def _load_hub(path: Union[str, Path], dataset: Optional[str], arch: str, mean: Optional[Sequence[float]],
+              std: Optional[Sequence[float]], num_classes: Optional[int],
+              arch_kwargs: Optional[Mapping[str, Any]]) -> LoadedModel:
+    """load_model of a timm or transformers classifier (:mod:`rsmooth.models.hub`): ``dataset``
+    says what it classifies; nothing is downloaded."""
+    from ..data import dataset_info
+    from ..models.hub import load_hub_classifier
+
+    check(dataset is not None, f"--arch {arch} needs --dataset: the images it classifies")
+    check(not arch_kwargs, f"--arch-kwargs applies to a package.module:factory, not --arch {arch}")
+    p = resolve_checkpoint_path(path)
+    k = num_classes or dataset_info(dataset).num_classes
+    weights = read_checkpoint(p) if arch.startswith("timm:") else None
+    model = load_hub_classifier(arch, str(p), k, weights=weights, mean=mean, std=std)
+    return LoadedModel(model, arch, dataset, k, None, p, {"mean": mean, "std": std})
 
 
 def _load_own(p: Path, ckpt: Dict[str, Any], dataset: Optional[str], arch: Optional[str], given: Dict[str, Any],
