@@ -263,11 +263,16 @@ def _read_safetensors(p: Path) -> Dict[str, Any]:
 
 
 def file_sha256(path: Union[str, Path]) -> str:
-    """Hex sha256 of a file (recorded with results to identify the checkpoint)."""
+    """Hex sha256 of a file (recorded with results to identify the checkpoint); of a folder (a
+    transformers model), of each file's relative path and bytes in sorted order."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
+    p = Path(path)
+    for f in sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]:
+        if p.is_dir():
+            h.update(f"{f.relative_to(p).as_posix()}\0".encode())
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
     return h.hexdigest()
 
 
@@ -476,11 +481,10 @@ def _load_hub(path: Union[str, Path], dataset: Optional[str], arch: str, mean: O
     from ..models.hub import load_hub_classifier
 
     check(dataset is not None, f"--arch {arch} needs --dataset: the images it classifies")
-    check(not arch_kwargs, f"--arch-kwargs applies to a package.module:factory, not --arch {arch}")
     p = resolve_checkpoint_path(path)
     k = num_classes or dataset_info(dataset).num_classes
     weights = read_checkpoint(p) if arch.startswith("timm:") else None
-    model = load_hub_classifier(arch, str(p), k, weights=weights, mean=mean, std=std)
+    model = load_hub_classifier(arch, str(p), k, weights=weights, arch_kwargs=arch_kwargs, mean=mean, std=std)
     return LoadedModel(model, arch, dataset, k, None, p, {"mean": mean, "std": std})
 
 

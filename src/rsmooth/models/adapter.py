@@ -87,17 +87,18 @@ def parse_classifier_input(text: str) -> ClassifierInput:
         check(bool(sep) and key in ("size", "mode", "antialias", "mean", "std"),
               f"--classifier-input {text!r}: expected comma-separated size=N|HxW, mode=..., antialias=yes|no, "
               f"mean=M[/M/M], std=S[/S/S], got {part!r}")
-        try:
-            if key == "size":
-                dims = [int(v) for v in value.lower().split("x")]
-                fields[key] = dims[0] if len(dims) == 1 else tuple(dims)
-            elif key in ("mean", "std"):
-                fields[key] = [float(v) for v in value.split("/")]
-            elif key == "antialias":
-                check(value in ("yes", "no"), f"--classifier-input antialias is yes or no, got {value!r}")
-                fields[key] = value == "yes"
-            else:
-                fields[key] = value
-        except ValueError:
-            check(False, f"--classifier-input {text!r}: {key}={value!r} is not a number")
+        if key == "antialias":
+            check(value in ("yes", "no"), f"--classifier-input antialias is yes or no, got {value!r}")
+            fields[key] = value == "yes"
+        elif key == "mode":
+            fields[key] = value
+        else:
+            try:
+                if key == "size":
+                    dims = [int(v) for v in value.lower().split("x")]
+                    fields[key] = dims[0] if len(dims) == 1 else tuple(dims)
+                else:
+                    fields[key] = [float(v) for v in value.split("/")]
+            except ValueError:
+                check(False, f"--classifier-input {text!r}: {key}={value!r} is not a number")
     return ClassifierInput(**fields)

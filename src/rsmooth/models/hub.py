@@ -40,12 +40,13 @@ class Logits(nn.Module):
 
 
 def load_hub_classifier(arch: str, path: str, num_classes: int, *, weights: Optional[Mapping[str, Any]] = None,
-                        mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None
+                        arch_kwargs: Optional[Mapping[str, Any]] = None, mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None
                         ) -> nn.Sequential:
     """``nn.Sequential(Normalize(mean, std), net)`` in eval mode: the timm architecture ``timm:NAME``
     with ``weights`` (the checkpoint read from ``path`` as
     :func:`rsmooth.engine.checkpoint.read_checkpoint` reads it), or the transformers folder
-    ``path`` (``arch="transformers"``); it must return ``num_classes`` logits.  Most callers want
+    ``path`` (``arch="transformers"``); it must return ``num_classes`` logits.  ``arch_kwargs`` go
+    to ``timm.create_model`` (e.g. ``{"img_size": 384}``; JSON values only).  Most callers want
     :func:`rsmooth.load_model` (``arch="timm:NAME"``), which reads the file.
 
     Example:
@@ -60,8 +61,9 @@ def load_hub_classifier(arch: str, path: str, num_classes: int, *, weights: Opti
         validate_normalization(mean, std)
     if arch.startswith("timm:"):
         check(weights is not None, f"--arch {arch} needs the weights of {path}")
-        net = _timm(arch[len("timm:"):], state_dict_of(weights, path), path, num_classes)
+        net = _timm(arch[len("timm:"):], state_dict_of(weights, path), path, num_classes, arch_kwargs or {})
     else:
+        check(not arch_kwargs, "--arch-kwargs does not apply to --arch transformers (its config.json says it all)")
         net = _transformers(path)
     out = _num_logits(net)
     check(out in (None, num_classes), f"--arch {arch} {path}: the classifier has {out} classes, the dataset "
@@ -69,11 +71,15 @@ def load_hub_classifier(arch: str, path: str, num_classes: int, *, weights: Opti
     return nn.Sequential(Normalize(mean, std), net).eval()
 
 
-def _timm(name: str, state: Mapping[str, Any], path: str, num_classes: int) -> nn.Module:
+def _timm(name: str, state: Mapping[str, Any], path: str, num_classes: int, kwargs: Mapping[str, Any]
+          ) -> nn.Module:
     timm = _need("timm", "timm")
     check(bool(name) and name in timm.list_models(), f"--arch timm:{name}: no such timm architecture "
           f"(timm.list_models() names them)")
-    net = timm.create_model(name, pretrained=False, num_classes=num_classes)
+    try:
+        net = timm.create_model(name, pretrained=False, num_classes=num_classes, **kwargs)
+    except Exception as e:  # timm raises TypeError, RuntimeError, ... for arguments it does not take
+        raise RsmoothError(f"--arch timm:{name} with --arch-kwargs {dict(kwargs)}: {first_line(e)[:300]}") from None
     try:
         net.load_state_dict(state)
     except RuntimeError as e:
