@@ -198,3 +198,72 @@ def test_noise_at_a_step_below_sigma_is_refused_and_nearest_at_sigma_is_not():
         diffusion_module.DiffusionDenoiser(eps, abar, 0.25, rounding="nearest")
     d = diffusion_module.DiffusionDenoiser(eps, abar, 0.25, rounding="nearest", noise="sigma")
     assert (d.t_star, d.top_up, d.info["noise"]) == (t, 0.0, "sigma")
+
+
+# -- the authors' Args, transcribed from {imagenet,cifar10}/DRM.py --------------------------------
+
+IMAGENET_ARGS = dict(
+    image_size=256, num_channels=256, num_res_blocks=2, num_heads=4, num_heads_upsample=-1, num_head_channels=64,
+    attention_resolutions="32,16,8", channel_mult="", dropout=0.0, class_cond=False, use_checkpoint=False,
+    use_scale_shift_norm=True, resblock_updown=True, use_fp16=False, use_new_attention_order=False,
+    clip_denoised=True, num_samples=10000, batch_size=16, use_ddim=False, model_path="", classifier_path="",
+    classifier_scale=1.0, learn_sigma=True, diffusion_steps=1000, noise_schedule="linear", timestep_respacing=None,
+    use_kl=False, predict_xstart=False, rescale_timesteps=False, rescale_learned_sigmas=False)
+CIFAR10_ARGS = dict(
+    image_size=32, num_channels=128, num_res_blocks=3, num_heads=4, num_heads_upsample=-1,
+    attention_resolutions="16,8", dropout=0.3, learn_sigma=True, sigma_small=False, class_cond=False,
+    diffusion_steps=4000, noise_schedule="cosine", timestep_respacing="", use_kl=False, predict_xstart=False,
+    rescale_timesteps=True, rescale_learned_sigmas=True, use_checkpoint=False, use_scale_shift_norm=True)
+# model_and_diffusion_defaults().keys() of guided-diffusion and improved-diffusion (their script_util.py)
+GUIDED_KEYS = ("image_size", "num_channels", "num_res_blocks", "num_heads", "num_heads_upsample", "num_head_channels",
+               "attention_resolutions", "channel_mult", "dropout", "class_cond", "use_checkpoint",
+               "use_scale_shift_norm", "resblock_updown", "use_fp16", "use_new_attention_order", "learn_sigma",
+               "diffusion_steps", "noise_schedule", "timestep_respacing", "use_kl", "predict_xstart",
+               "rescale_timesteps", "rescale_learned_sigmas")
+IMPROVED_KEYS = ("image_size", "num_channels", "num_res_blocks", "num_heads", "num_heads_upsample",
+                 "attention_resolutions", "dropout", "learn_sigma", "sigma_small", "class_cond", "diffusion_steps",
+                 "noise_schedule", "timestep_respacing", "use_kl", "predict_xstart", "rescale_timesteps",
+                 "rescale_learned_sigmas", "use_checkpoint", "use_scale_shift_norm")
+
+
+@pytest.mark.parametrize("preset, package, args, keys, schedule", [
+    ("guided-diffusion-imagenet256", "guided_diffusion", IMAGENET_ARGS, GUIDED_KEYS, "linear"),
+    ("improved-diffusion-cifar10", "improved_diffusion", CIFAR10_ARGS, IMPROVED_KEYS, "cosine"),
+])
+def test_openai_presets_build_what_the_authors_build(tmp_path, monkeypatch, preset, package, args, keys, schedule):
+    """``--diffusion PRESET=FILE`` calls OpenAI's create_model_and_diffusion with the authors'
+    arguments (a stand-in package records them), loads the file's weights, takes the diffusion's
+    schedule and rescales timesteps as the authors' model does."""
+    import types
+
+    from rsmooth.models.diffusion import load_diffusion
+
+    got = {}
+    steps = args["diffusion_steps"]
+    abar = np.cumprod(1 - authors_betas(schedule, steps))
+
+    def create_model_and_diffusion(**kw):
+        got.update(kw)
+        diffusion = types.SimpleNamespace(alphas_cumprod=abar, rescale_timesteps=kw["rescale_timesteps"])
+        return torch.nn.Conv2d(3, 6, 1), diffusion
+
+    script_util = types.SimpleNamespace(model_and_diffusion_defaults=lambda: dict.fromkeys(keys),
+                                        create_model_and_diffusion=create_model_and_diffusion)
+    monkeypatch.setitem(sys.modules, package, types.ModuleType(package))
+    monkeypatch.setitem(sys.modules, f"{package}.script_util", script_util)
+    torch.manual_seed(0)
+    weights = torch.nn.Conv2d(3, 6, 1).state_dict()
+    torch.save(weights, tmp_path / "w.pt")
+    eps, got_abar, record = load_diffusion(f"{preset}={tmp_path / 'w.pt'}")
+    assert got == {k: args[k] for k in keys}
+    torch.testing.assert_close(eps.net.weight, weights["weight"])
+    torch.testing.assert_close(got_abar, torch.as_tensor(abar))
+    assert eps.timestep_scale == (1000 / 4000 if schedule == "cosine" else 1.0)
+    assert record["diffusion_format"] == "openai"
+    from rsmooth.errors import RsmoothError
+
+    with pytest.raises(RsmoothError, match="no file .*nothing.pt; the authors use"):
+        load_diffusion(f"{preset}={tmp_path / 'nothing.pt'}")
+    monkeypatch.setitem(sys.modules, f"{package}.script_util", None)
+    with pytest.raises(RsmoothError, match=f"needs OpenAI's {package} package: pip install git"):
+        load_diffusion(f"{preset}={tmp_path / 'w.pt'}")

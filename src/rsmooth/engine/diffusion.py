@@ -42,8 +42,9 @@ def with_diffusion(model: "nn.Module", diffusion: Optional[str], sigma: float, d
     wrapped, found = diffusion_classifier(model, diffusion, sigma, steps=steps, dataset=dataset,
                                           other_dataset=other_dataset, rounding=rounding, noise=noise)
     record.update(found)
-    if os.path.isfile(diffusion):
-        record["diffusion_sha256"] = file_sha256(diffusion)
+    path = diffusion.partition("=")[2] if found.get("diffusion_format") == "openai" else diffusion
+    if os.path.isfile(path):
+        record["diffusion_sha256"] = file_sha256(path)
     return wrapped, record
 
 

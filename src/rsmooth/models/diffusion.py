@@ -238,18 +238,25 @@ def _row_generators(x: torch.Tensor) -> List[torch.Generator]:
 def load_diffusion(spec: str, *, class_label: Optional[int] = None, timestep_scale: Optional[float] = None
                    ) -> Tuple[EpsilonModel, torch.Tensor, Dict[str, Any]]:
     """(epsilon model in eval mode, alphas_cumprod [T], what to record) of ``spec``: rsmooth's DDPM
-    file, a ``package.module:factory`` returning ``(model, alphas_cumprod)`` or ``(model,
+    file, OpenAI's checkpoint as the authors build it (``PRESET=FILE``,
+    :mod:`rsmooth.models.openai_diffusion`), a ``package.module:factory`` returning ``(model, alphas_cumprod)`` or ``(model,
     alphas_cumprod, options)`` (options: ``prediction_type``, ``timestep_scale`` or
     improved-diffusion's ``rescale_timesteps=True``, i.e. t * 1000 / T), or a diffusers ``UNet2DModel`` + ``DDPMScheduler``
     folder (both in it, or in ``unet/`` and ``scheduler/`` as a saved pipeline) or cached hub id.
     The caller names ``spec`` (a flag, an argument: never a file's record), so a factory is the
     user's choice (:mod:`rsmooth.trust`); :func:`rsmooth.engine.diffusion.with_diffusion` says so to
     the gate."""
-    check(not _missing_path(spec), f"--diffusion {spec}: no such file or folder (a diffusers hub id is org/name, "
-                                   f"without a file suffix)")
+    from .openai_diffusion import is_preset, load_openai
+
+    check(is_preset(spec) or not _missing_path(spec), f"--diffusion {spec}: no such file or folder (a diffusers "
+                                                      f"hub id is org/name, without a file suffix)")
     record: Dict[str, Any] = {"diffusion": spec}
     options: Dict[str, Any] = {}
-    if os.path.isfile(spec):
+    if is_preset(spec):
+        net, abar, options = load_openai(spec)
+        record["diffusion_format"] = "openai"
+        kind, prediction = "plain", "epsilon"
+    elif os.path.isfile(spec):
         net, abar, blob = load_ddpm(spec)
         record["diffusion_format"] = "rsmooth-ddpm"
         if isinstance(blob.get("dataset"), str):
