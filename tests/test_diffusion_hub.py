@@ -139,3 +139,12 @@ def test_timm_plumbing_with_a_stand_in_module(tmp_path, monkeypatch):
         load_model(tmp_path / "w.pth", "digits", "timm:huge")
     with pytest.raises(RsmoothError, match="does not fit timm:tiny with 100 classes"):
         load_model(tmp_path / "w.pth", "digits", "timm:tiny", arch_kwargs={"in_chans": 1}, num_classes=100)
+
+
+def test_timm_create_model_stays_a_factory():
+    """``--arch timm:create_model`` (docs/guide/timm.md) is timm's function as a module:factory,
+    not an architecture of that name."""
+    from rsmooth.models.hub import is_hub_arch
+
+    assert not is_hub_arch("timm:create_model") and is_hub_arch("timm:beit_large_patch16_512")
+    assert is_hub_arch("transformers") and not is_hub_arch("my.module:factory") and not is_hub_arch(None)

@@ -23,9 +23,15 @@ from .normalize import Normalize, validate_normalization
 TRANSFORMERS = "transformers"
 
 
+#: ``timm:`` names that are timm's functions, not architectures: ``--arch timm:create_model`` stays
+#: the ``module:factory`` route (docs/guide/timm.md)
+TIMM_FUNCTIONS = ("create_model",)
+
+
 def is_hub_arch(arch: Optional[str]) -> bool:
     """Whether ``arch`` names a timm or transformers classifier (``timm:NAME``, ``transformers``)."""
-    return isinstance(arch, str) and (arch.startswith("timm:") or arch == TRANSFORMERS)
+    return isinstance(arch, str) and ((arch.startswith("timm:") and arch[5:] not in TIMM_FUNCTIONS)
+                                      or arch == TRANSFORMERS)
 
 
 class Logits(nn.Module):
