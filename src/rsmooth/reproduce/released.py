@@ -11,9 +11,8 @@ README's commands: ImageNet ``--skip 50 --N0 100 --N 10000``, CIFAR-10 ``--skip 
 100000``, alpha 0.001 (``certify.py``'s default).  The files go under ``OUT/weights/``
 (docs/guide/diffusion-denoised-smoothing.md says where each comes from); a GPU is needed.
 
-Published values: only the abstract's headline is transcribed (:data:`PUBLISHED`), the paper's
-text not being among ``shared/papers``; its tables' cells are left to a transcription from the
-paper itself.
+Published values: only the abstract's headline is transcribed so far (:data:`PUBLISHED`); the
+cells of the paper's tables are left to a transcription from the paper itself.
 """
 from __future__ import annotations
 
