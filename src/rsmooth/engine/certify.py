@@ -42,7 +42,7 @@ from ..smoothing.sequential import (CONFIDENCE_SEQUENCE, FUTILITY, SequentialCer
 from . import distributed
 from .checkpoint import (LoadedModel, file_sha256, git_commit, load_model, resolve_checkpoint_path,
                          resolve_device, versions)
-from .diffusion import log_diffusion, with_diffusion
+from .diffusion import check_compilable, log_diffusion, with_diffusion
 from ..seeding import generator, validate_seed
 from .seqfile import SEQUENTIAL_MODES, SeqWriter, adopt_legacy, seq_rows, sequential_path, write_seq_rows
 from .sessions import past_sessions, session
@@ -364,6 +364,8 @@ def resolve(job: CertifyJob) -> Resolved:
                                       steps=job.diffusion_steps, other_dataset=job.diffusion_other_dataset,
                                       rounding=job.diffusion_rounding, noise=job.diffusion_noise,
                                       classifier_input=job.classifier_input)
+    if job.compile and "diffusion" in diffusion:
+        check_compilable(diffusion, sigma)
     data = get_dataset(loaded.dataset, job.split, data_dir=job.data_dir, corruption=job.corruption,
                        severity=job.severity, corruption_seed=job.corruption_seed,
                        corruption_suite=job.corruption_suite)

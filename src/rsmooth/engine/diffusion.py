@@ -48,6 +48,18 @@ def with_diffusion(model: "nn.Module", diffusion: Optional[str], sigma: float, d
     return wrapped, record
 
 
+def check_compilable(record: Dict[str, Any], sigma: float) -> None:
+    """``--compile`` (torch.export) cannot trace the denoiser's seeded noise draws: the top-up to the
+    step's level (``diffusion_noise`` step with a step above sigma) and the reverse process's steps;
+    a one-line error says which flags export."""
+    from ..errors import check
+
+    top_up = record.get("diffusion_noise") == "step" and record["diffusion_realised_sigma"] > sigma * (1 + 1e-9)
+    check(not (top_up or record["diffusion_steps"] > 1), "--compile cannot export the diffusion denoiser's "
+          "seeded noise draws (the top-up of --diffusion-noise step, the steps of --diffusion-steps > 1): drop "
+          "--compile, or pass --diffusion-noise sigma --diffusion-steps 1")
+
+
 def log_diffusion(record: Dict[str, Any], sigma: float, log: Callable[[str], None]) -> None:
     """Log what the denoiser does at ``sigma``: t*, the realised sigma and the passes per noise
     sample (the run's estimate line, :func:`rsmooth.engine.certify.estimate_line`, times them)."""

@@ -155,7 +155,9 @@ class DiffusionDenoiser(nn.Module):
     reverse process from t* (one pass each).  The top-up and the reverse process's noise for each
     noisy copy are drawn from a generator seeded by that copy's bytes, so a copy is denoised the
     same way in any batch (certificates stay reproducible and independent of batch size, packing
-    and sharding).  ``info`` records t*, the realised sigma, the steps, the rounding and the noise."""
+    and sharding); those seeded draws do not export (``torch.export``, ``Smooth(compile=True)``):
+    only ``noise="sigma"`` with one step does.  ``info`` records t*, the realised sigma, the steps,
+    the rounding and the noise."""
 
     def __init__(self, eps_model: nn.Module, alphas_cumprod: Sequence[float], sigma: float, steps: int = 1,
                  rounding: str = "up", noise: str = "step") -> None:
