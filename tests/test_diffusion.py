@@ -245,6 +245,7 @@ def test_missing_diffusers_names_the_extra(tmp_path, monkeypatch):
 @pytest.mark.slow  # imports diffusers (7 s)
 def test_unknown_folder_or_hub_id_is_one_line(tmp_path):
     pytest.importorskip("diffusers")
+    (tmp_path / "nothing").mkdir()  # a folder without a model (a missing path is "no such file or folder")
     with pytest.raises(RsmoothError, match="no UNet2DModel there") as e:
         load_diffusion(str(tmp_path / "nothing"))
     assert "\n" not in str(e.value)

@@ -148,3 +148,19 @@ def test_timm_create_model_stays_a_factory():
 
     assert not is_hub_arch("timm:create_model") and is_hub_arch("timm:beit_large_patch16_512")
     assert is_hub_arch("transformers") and not is_hub_arch("my.module:factory") and not is_hub_arch(None)
+
+
+@pytest.mark.slow  # imports diffusers (seconds)
+def test_diffusers_folder_certifies_end_to_end(tmp_path):
+    """``--diffusion FOLDER`` (a tiny random UNet2DModel + DDPMScheduler saved with save_pretrained)
+    in front of a built-in classifier, with the authors' defaults recorded."""
+    from rsmooth.models import create_model
+
+    unet = _diffusers_folder(tmp_path / "ddpm")
+    torch.save(create_model("digits_cnn", "digits").state_dict(), tmp_path / "clf.pt")
+    out = tmp_path / "c.tsv"
+    main(["certify", "--checkpoint", str(tmp_path / "clf.pt"), "--arch", "digits_cnn", "--diffusion", str(unet),
+          *RUN, "--out", str(out)])
+    meta = read_sidecar(out)
+    assert (meta["diffusion_format"], meta["diffusion_t"], meta["diffusion_noise"]) == ("diffusers", 145, "step")
+    assert len(read_certify_tsv(out)) == 2
