@@ -135,6 +135,10 @@ def test_timm_plumbing_with_a_stand_in_module(tmp_path, monkeypatch):
     assert calls[-1] == ("tiny", False, 10, {"in_chans": 1})
     x = torch.rand(2, 1, 8, 8)
     torch.testing.assert_close(loaded.model(x), saved((x - 0.5) / 0.5))
+    out = tmp_path / "c.tsv"
+    assert main(["certify", "--checkpoint", str(tmp_path / "w.pth"), "--arch", "timm:tiny", "--arch-kwargs",
+                 '{"in_chans": 1}', "--mean", "0.5", "--std", "0.5", *RUN, "--out", str(out)]) in (0, None)
+    assert len(read_certify_tsv(out)) == 2 and read_sidecar(out)["arch"] == "timm:tiny"
     with pytest.raises(RsmoothError, match="no such timm architecture"):
         load_model(tmp_path / "w.pth", "digits", "timm:huge")
     with pytest.raises(RsmoothError, match="does not fit timm:tiny with 100 classes"):

@@ -427,7 +427,10 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
             (``.pth.tar``, a state_dict) or a ``.safetensors`` file.
         dataset: the dataset the model was trained on; needed where the file does not record it.
         arch: an architecture name or ``package.module:factory``; needed where the file records
-            none that is built in.
+            none that is built in.  ``timm:NAME`` builds timm's architecture NAME and loads the
+            file's weights (``arch_kwargs`` go to ``timm.create_model``), ``transformers`` loads
+            the ``save_pretrained`` folder ``path`` (:mod:`rsmooth.models.hub`; both need
+            ``dataset``, download nothing and run no code of the file's).
         arch_kwargs: the factory's keyword arguments (JSON-like values only).
         mean: per-channel normalisation means in [0, 1] pixel units, for a file without them.
         std: per-channel normalisation standard deviations in [0, 1] pixel units, as ``mean``.
