@@ -48,12 +48,22 @@ class Logits(nn.Module):
 def load_hub_classifier(arch: str, path: str, num_classes: int, *, weights: Optional[Mapping[str, Any]] = None,
                         arch_kwargs: Optional[Mapping[str, Any]] = None, mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None
                         ) -> nn.Sequential:
-    """``nn.Sequential(Normalize(mean, std), net)`` in eval mode: the timm architecture ``timm:NAME``
-    with ``weights`` (the checkpoint read from ``path`` as
-    :func:`rsmooth.engine.checkpoint.read_checkpoint` reads it), or the transformers folder
-    ``path`` (``arch="transformers"``); it must return ``num_classes`` logits.  ``arch_kwargs`` go
-    to ``timm.create_model`` (e.g. ``{"img_size": 384}``; JSON values only).  Most callers want
-    :func:`rsmooth.load_model` (``arch="timm:NAME"``), which reads the file.
+    """A timm or transformers image classifier from local files, in eval mode, as
+    ``nn.Sequential(Normalize(mean, std), net)``.  Most callers want :func:`rsmooth.load_model`
+    (``arch="timm:NAME"`` or ``"transformers"``), which reads the file.
+
+    Args:
+        arch: ``timm:NAME`` (timm's architecture NAME) or ``transformers``.
+        path: the weights file (timm) or the ``save_pretrained`` folder (transformers).
+        num_classes: K, the logits the classifier must return.
+        weights: for timm, the checkpoint read from ``path`` (as
+            :func:`rsmooth.engine.checkpoint.read_checkpoint` reads it: tensors only).
+        arch_kwargs: keyword arguments of ``timm.create_model`` (e.g. ``{"img_size": 384}``).
+        mean: per-channel means in [0, 1] pixel units (None: none).
+        std: per-channel standard deviations, with ``mean``.
+
+    Returns:
+        the classifier, [B, C, H, W] -> logits [B, K].
 
     Example:
         ```python
