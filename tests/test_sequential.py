@@ -186,7 +186,7 @@ def test_check_points_are_geometric_and_end_at_the_cap():
 
 # -- decisions ----------------------------------------------------------------------------------
 def test_decision_rule():
-    levels = thresholds([0.25, 0.5, 1.0], sigma=0.5)  # Phi(0.5), Phi(1), Phi(2)
+    levels = thresholds([0.25, 0.5, 1.0], 0.5)  # Phi(0.5), Phi(1), Phi(2)
     assert np.allclose(levels, norm.cdf([0.5, 1.0, 2.0]))
     b = Bounds(n=1000, n_a=900, lower=0.80, upper=0.95, projected=0.97)
     assert decide(b, levels) == (Decision.ROBUST, Decision.OPEN, Decision.NOT_CERTIFIABLE)

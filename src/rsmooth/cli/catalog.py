@@ -1,7 +1,7 @@
 """What the command line shows before a command runs, without importing PyTorch.
 
 The parser (``choices=``, the method hyperparameter flags, ``--help``) and ``rsmooth list`` need
-the registries' names (datasets, architectures, methods), the methods' hyperparameters and two
+the registries' names (datasets, architectures, methods, noises), the methods' hyperparameters and two
 defaults, whose modules import PyTorch (seconds).  ``catalog.json`` holds them as the built-in
 registries give them (private ``_names`` left out); a registry already imported in this process is
 read live instead, so one extended in Python is seen whole.  ``tests/test_startup.py`` keeps the
@@ -51,8 +51,9 @@ def _architectures() -> Dict[str, Any]:
 
 def _smoothing() -> Dict[str, Any]:
     from ..smoothing import DEFAULT_BATCH_SIZE
+    from ..smoothing.noises import NOISES
 
-    return {"default_batch_size": DEFAULT_BATCH_SIZE}
+    return {"default_batch_size": DEFAULT_BATCH_SIZE, "noises": _public(NOISES.names())}
 
 
 #: section -> (the module whose import fills it, how it is read from there)
@@ -144,3 +145,8 @@ def denoisers() -> List[str]:
 
 def default_batch_size() -> int:
     return _section("smoothing")["default_batch_size"]
+
+
+def noises() -> List[str]:
+    """The smoothing noises (``--noise``)."""
+    return _section("smoothing")["noises"]

@@ -29,6 +29,10 @@ def _add_mode(sub: argparse._SubParsersAction, name: str, helptext: str) -> None
     c.add_argument("--dataset", choices=catalog.datasets(), help="default: the checkpoint's")
     c.add_argument("--split", default="test", choices=["test", "train"], help="default: test")
     c.add_argument("--sigma", type=number, help="noise level, std in [0,1] pixel units (default: the checkpoint's)")
+    c.add_argument("--noise", choices=catalog.noises(),
+                   help="the smoothing noise (default: the one the checkpoint was trained with, else gaussian): "
+                        "gaussian certifies l2 radii (Cohen et al. 2019, arXiv 1902.02918); docs/noises.md "
+                        "lists the others and the norm each certifies")
     c.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE)
     add_trust_code_flag(c)
     add_certify_options(c, name)
@@ -121,21 +125,33 @@ def _sequential_options(args: argparse.Namespace) -> Dict[str, Any]:
     return out
 
 
+#: CertifyJob fields that no flag of their name sets: the positional pair, the corruption flags (one
+#: job per corrupted set, below), the Python-only ones, and those of the mode (_sequential_options)
+_NOT_FROM_FLAGS = frozenset({"checkpoint", "out", "corruption", "severity", "corruption_seed", "corruption_suite",
+                             "progress", "log", "model_options", "mode", "n", "radii", "n_max", "radius_tol",
+                             "futility"})
+
+
+def job_keywords(args: argparse.Namespace) -> Dict[str, Any]:
+    """run_certification's keywords from the flags: each CertifyJob field from the flag of its name
+    (a field added to the job is a flag away from the command line), the mode's from
+    :func:`_sequential_options`, and the model options."""
+    from dataclasses import fields
+
+    from ..engine.certify import CertifyJob
+
+    kwargs = {f.name: getattr(args, f.name) for f in fields(CertifyJob)
+              if f.name not in _NOT_FROM_FLAGS and hasattr(args, f.name)}
+    return {**kwargs, **_sequential_options(args), "model_options": model_options(args)}
+
+
 def run(args: argparse.Namespace) -> None:
     """Certify (or predict) --checkpoint on the test set, or on each corruption asked for."""
     from ..data import published_release
     from ..engine import certify_corruptions, corruption_plan, load_model, run_certification
     from ..engine.distributed import world
 
-    kwargs = dict(**_sequential_options(args), dataset=args.dataset, split=args.split,
-                  sigma=args.sigma, n0=getattr(args, "n0", 100), alpha=args.alpha,
-                  batch_size=args.batch_size, start=args.start, skip=args.skip, max=args.max, shard=args.shard,
-                  seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
-                  data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
-                  trust_pickle=args.trust_pickle, trust_code=args.trust_code, model_options=model_options(args),
-                  heartbeat=args.heartbeat, diffusion=args.diffusion, diffusion_steps=args.diffusion_steps,
-                  diffusion_other_dataset=args.diffusion_other_dataset, diffusion_rounding=args.diffusion_rounding,
-                  diffusion_noise=args.diffusion_noise, classifier_input=args.classifier_input)
+    kwargs = job_keywords(args)
     dataset = args.dataset
     if args.corruption is None and args.severity is None and (
             dataset is None or not published_release(dataset)):

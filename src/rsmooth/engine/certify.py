@@ -31,8 +31,8 @@ from ..metrics import (CertifyWriter, acr, certified_accuracy, read_certify_tsv,
                        write_sidecar)
 from ..metrics.certify_io import TSV_HEADER
 from ..paths import check_output_file
-from ..smoothing import (Smooth, max_certifiable_radius, validate_alpha, validate_count,
-                         validate_precision, validate_sigma)
+from ..smoothing import Smooth, clopper_pearson_lower, validate_alpha, validate_count, validate_precision, validate_sigma
+from ..smoothing.noises import DEFAULT_NOISE, NOISES, Noise, make_noise, noise_from_spec
 from ..smoothing.packing import NOISE_BLOCK
 from ..smoothing.procedures import Adaptive, Certify, Predict, Procedure, Sequential
 from ..smoothing.tuning import Tuning, fastest, sample_rate
@@ -76,6 +76,7 @@ class CertifyJob:
     dataset: Optional[str] = None  # default: the checkpoint's
     split: str = "test"
     sigma: Optional[float] = None  # default: the checkpoint's
+    noise: Optional[str] = None  # a name of NOISES; default: the checkpoint's training noise (gaussian)
     n0: int = 100  # selection samples (predict draws none)
     n: Optional[int] = 100_000  # estimation samples of certify and predict; None in the sequential modes
     alpha: float = 0.001
@@ -157,6 +158,7 @@ class CertifyJob:
             "seed": validate_seed(self.seed),
             "heartbeat": heartbeat_interval(self.heartbeat),
             "sigma": None if self.sigma is None else validate_sigma(self.sigma),
+            "noise": None if self.noise is None else NOISES.get(self.noise).name,
             "precision": validate_precision(self.precision).value,
             "diffusion_steps": validate_count("diffusion_steps", self.diffusion_steps),
         }
@@ -185,6 +187,7 @@ def run_certification(
     dataset: Optional[str] = None,
     split: str = "test",
     sigma: Optional[float] = None,
+    noise: Optional[str] = None,
     n0: int = 100,
     n: int = 100_000,
     alpha: float = 0.001,
@@ -223,7 +226,9 @@ def run_certification(
 ) -> Path:
     """Certify (or predict) the ``split`` examples ``start, start+skip, ...``, at most ``max``.
 
-    sigma and dataset default to the checkpoint's.  Writes ``out`` (TSV, one row per
+    sigma and dataset default to the checkpoint's; ``noise`` (a name of
+    :data:`~rsmooth.smoothing.noises.NOISES`) to the one its model was trained with, else Gaussian
+    (the radii are in that noise's norm, recorded in the sidecar).  Writes ``out`` (TSV, one row per
     example, flushed as it goes; PREDICT rows carry radius 0) and ``out.json`` (metadata).
     An existing ``out`` from the same settings is continued; from other settings it is an
     error unless ``overwrite``.
@@ -356,10 +361,13 @@ def resolve(job: CertifyJob) -> Resolved:
     if job.sigma is not None and world.main:
         _warn_other_sigma(loaded, job.sigma)
     sigma = validate_sigma(job.sigma if job.sigma is not None else _require_sigma(loaded))
+    noise = make_noise(job.noise or trained_noise(loaded), sigma)
+    check(not job.diffusion or noise.norm == "l2", f"--diffusion denoises Gaussian noise; {noise.name} noise "
+                                                   f"cannot go through it: drop --diffusion or pass --noise gaussian")
     if job.mode == "certify":
-        _warn_small_n(job.n, job.alpha, sigma, log)
+        _warn_small_n(job.n, job.alpha, noise, log)
     elif job.sequential:
-        _warn_small_n_max(job.n_max, job.alpha, sigma, job.radii, log)
+        _warn_small_n_max(job.n_max, job.alpha, noise, job.radii, log)
     model, diffusion = with_diffusion(loaded.model.to(dev), job.diffusion, sigma, loaded.dataset,
                                       steps=job.diffusion_steps, other_dataset=job.diffusion_other_dataset,
                                       rounding=job.diffusion_rounding, noise=job.diffusion_noise,
@@ -373,7 +381,7 @@ def resolve(job: CertifyJob) -> Resolved:
     check(bool(indices), f"--start {job.start} is past the last {job.split} example (index {len(data) - 1})")
     procedure = procedure_of(job)
     examples = len(shard_share(indices, shard) if shard else indices)
-    smooth, tuning = fastest(model, loaded.num_classes, sigma, data[indices[0]][0], precision=job.precision,
+    smooth, tuning = fastest(model, loaded.num_classes, noise, data[indices[0]][0], precision=job.precision,
                              compile=job.compile, batch_size=job.batch_size, channels_last=job.channels_last,
                              samples=examples * procedure.max_samples())
     if "measured" in tuning.how.values():
@@ -392,7 +400,7 @@ def _identity(job: CertifyJob, loaded: LoadedModel, data: "Dataset", smooth: Smo
     must share (:data:`~rsmooth.engine.shards.RUN_IDENTITY`) and what describes the run."""
     return {
         "mode": job.mode, "dataset": loaded.dataset, "corruption": data.corruption, "split": job.split,
-        "sigma": smooth.sigma, "n0": job.n0 if job.mode != "predict" else None, "n": job.n, "alpha": job.alpha,
+        **smooth.noise.spec(), "norm": smooth.noise.norm, "n0": job.n0 if job.mode != "predict" else None, "n": job.n, "alpha": job.alpha,
         "batch_size": tuning.batch_size, "noise_block": NOISE_BLOCK, "tuning": tuning.record(),
         **({"radii": job.radii, "n_max": job.n_max, "radius_tol": job.radius_tol, "futility": job.futility,
             "confidence_sequence": CONFIDENCE_SEQUENCE}
@@ -542,7 +550,7 @@ def summary_line(out: Union[str, Path]) -> str:
     if mode != "predict":
         line += f", ACR {acr(res.radius, res.correct):.3f}"
     if mode == "adaptive" and all(isinstance(meta.get(k), (int, float)) for k in ("n_max", "alpha", "sigma")):
-        line += f"; certifiable radii up to {largest_radius(meta['n_max'], meta['alpha'], meta['sigma']):.3g}"
+        line += f"; certifiable radii up to {largest_radius(meta['n_max'], meta['alpha'], noise_from_spec(meta)):.3g}"
     return line
 
 
@@ -662,22 +670,24 @@ def _check_out(out: str, checkpoint: Path, overwrite: bool) -> None:
                                      f"certify results: choose another {setting('out')} or delete the file yourself")
 
 
-def _warn_small_n(n: int, alpha: float, sigma: float, log: Callable[[str], None]) -> None:
-    """Say when n is too small for a useful radius: at most sigma * Phi^-1(alpha^(1/n))."""
-    r_max = max_certifiable_radius(n, alpha, sigma)
+def _warn_small_n(n: int, alpha: float, noise: Noise, log: Callable[[str], None]) -> None:
+    """Say when n is too small for a useful radius: at most the noise's radius of alpha^(1/n)
+    (sigma * Phi^-1(alpha^(1/n)) for Gaussian noise)."""
+    r_max = noise.radius(clopper_pearson_lower(n, n, alpha))
     if r_max <= 0:
         log(f"warning: with n={n} and alpha={alpha} no radius can be certified (every example abstains: "
             f"all n votes for one class give a lower bound alpha^(1/n) < 0.5); raise --n")
-    elif r_max < sigma:
+    elif r_max < noise.sigma:
         log(f"warning: with n={n} and alpha={alpha} the largest certifiable radius is {r_max:.4g} "
-            f"(sigma * Phi^-1(alpha^(1/n)), sigma={sigma}); raise --n for larger radii (papers: 100000)")
+            f"({'sigma * Phi^-1(alpha^(1/n))' if noise.name == DEFAULT_NOISE else 'its radius of alpha^(1/n)'}, "
+            f"sigma={noise.sigma}); raise --n for larger radii (papers: 100000)")
 
 
-def _warn_small_n_max(n_max: int, alpha: float, sigma: float, radii: Optional[Sequence[float]],
+def _warn_small_n_max(n_max: int, alpha: float, noise: Noise, radii: Optional[Sequence[float]],
                       log: Callable[[str], None]) -> None:
     """Say which radii no example can reach: with every one of n_max samples a vote for c_A, the
-    anytime lower bound certifies at most sigma * Phi^-1(lower)."""
-    r_max = largest_radius(n_max, alpha, sigma)
+    anytime lower bound certifies at most the radius of its bound (sigma * Phi^-1(lower), Gaussian)."""
+    r_max = largest_radius(n_max, alpha, noise)
     beyond = [r for r in radii or () if r >= r_max]
     if beyond or r_max <= 0:
         log(f"warning: with n_max={n_max} and alpha={alpha} the largest certifiable radius is {r_max:.4g}"
@@ -706,6 +716,13 @@ def _warn_other_sigma(loaded, sigma: float) -> None:
     warnings.warn(f"certifying at --sigma {sigma:g} a model trained at sigma {trained:g} ({loaded.path}): "
                   f"the certificate holds for sigma {sigma:g}, but a model is usually much weaker at a noise "
                   f"it was not trained for; drop --sigma to use {trained:g}")
+
+
+def trained_noise(loaded: LoadedModel) -> str:
+    """The noise the checkpoint's model was trained with (its method's ``noise``), else Gaussian."""
+    hparams = (loaded.meta.get("config") or {}).get("hparams") or {}
+    name = hparams.get("noise") if isinstance(hparams, dict) else None
+    return name if isinstance(name, str) and name in NOISES else DEFAULT_NOISE
 
 
 def _require_sigma(loaded) -> float:

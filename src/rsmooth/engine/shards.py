@@ -35,13 +35,13 @@ from .sessions import shard_sessions
 Shard = Tuple[int, int]
 PathLike = Union[str, Path]
 #: sidecar fields that must agree for a run to continue an existing TSV, and for shards to merge
-RUN_IDENTITY = ("mode", "dataset", "corruption", "split", "sigma", "n0", "n", "alpha", "start", "skip", "max",
-                "seed", "checkpoint_sha256", "precision",
+RUN_IDENTITY = ("mode", "dataset", "corruption", "split", "noise", "sigma", "noise_params", "n0", "n", "alpha",
+                "start", "skip", "max", "seed", "checkpoint_sha256", "precision",
                 "radii", "n_max", "radius_tol", "futility", "confidence_sequence",  # these five: sequential modes
                 "diffusion", "diffusion_sha256", "diffusion_t", "diffusion_steps", "diffusion_noise",
                 "diffusion_timestep_scale", "classifier_input")  # these: engine/diffusion.py
 #: the value of an identity field that sidecars written before it existed lack
-_IDENTITY_DEFAULTS = {"start": 0, "corruption": None}
+_IDENTITY_DEFAULTS = {"start": 0, "corruption": None, "noise": "gaussian"}
 #: sidecar fields of a certify shard that the merged file does not have
 SHARD_FIELDS = ("shard", "subset_size")
 #: errors of creating a lock beside a shard that mean "this folder cannot be written here"
@@ -96,8 +96,9 @@ def shard_share(units: Sequence[int], shard: Shard) -> List[int]:
 
 
 def identity_diff(old: dict, new: dict, fields: Sequence[str] = RUN_IDENTITY) -> List[str]:
-    """The ``fields`` in which the metadata ``old`` differs from ``new`` (old sidecars lack ``start``)."""
-    return [f for f in fields if old.get(f, _IDENTITY_DEFAULTS.get(f)) != new.get(f)]
+    """The ``fields`` in which the metadata ``old`` differs from ``new`` (sidecars older than a field,
+    such as ``start`` or ``noise``, read as its default)."""
+    return [f for f in fields if old.get(f, _IDENTITY_DEFAULTS.get(f)) != new.get(f, _IDENTITY_DEFAULTS.get(f))]
 
 
 def lock_path(path: PathLike) -> Path:

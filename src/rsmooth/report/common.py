@@ -114,10 +114,11 @@ def adaptive_limit(meta: Optional[dict]) -> Optional[float]:
     values = [number_from_meta(meta, k) for k in ("n_max", "alpha", "sigma")]
     if (meta or {}).get("mode") != "adaptive" or None in values:
         return None
+    from ..smoothing.noises import noise_from_spec
     from ..smoothing.sequential import largest_radius
 
     n_max, alpha, sigma = values
-    return largest_radius(int(n_max), alpha, sigma)
+    return largest_radius(int(n_max), alpha, noise_from_spec({**meta, "sigma": sigma}))
 
 
 def decides(meta: Optional[dict], radius: float) -> bool:

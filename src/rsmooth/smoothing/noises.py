@@ -55,12 +55,6 @@ class Noise:
         ``out``'s layout; returns ``out``.  The one place smoothing noise is drawn."""
         raise NotImplementedError
 
-    def sample(self, shape, *, generator: Optional[torch.Generator] = None, device=None,
-               dtype=torch.float32) -> torch.Tensor:
-        """Noise alone (no image), e.g. for training: ``draw`` into zeros of ``shape``."""
-        out = torch.empty(shape, device=device, dtype=dtype)
-        return self.draw(out, torch.zeros((), device=device, dtype=dtype), generator)
-
     def radius(self, p_lower: ArrayLike, p_upper: Optional[ArrayLike] = None) -> ArrayLike:
         """The radius certified when P(f = c_A) >= ``p_lower`` and every other class has
         probability <= ``p_upper`` (default ``1 - p_lower``: Cohen et al.'s one-sided form).
@@ -76,9 +70,15 @@ class Noise:
         """``x`` if this noise can certify it, else a one-line error saying how to fix it."""
         return x
 
+    def params(self) -> Dict[str, Any]:
+        """The noise's own parameters besides sigma (none for most)."""
+        return {}
+
     def spec(self) -> Dict[str, Any]:
-        """What identifies the noise in a sidecar, checkpoint or run identity."""
-        return {"noise": self.name, "sigma": self.sigma}
+        """What identifies the noise in a sidecar, checkpoint or run identity: ``noise`` (the name),
+        ``sigma`` and, when it has any, ``noise_params``."""
+        params = self.params()
+        return {"noise": self.name, "sigma": self.sigma, **({"noise_params": params} if params else {})}
 
     def describe(self) -> str:
         """A short human label, e.g. ``gaussian sigma=0.25 (l2)``."""
@@ -122,11 +122,20 @@ def make_noise(name: str, sigma: float, **params: Any) -> Noise:
 
 
 def noise_from_spec(spec: Dict[str, Any]) -> Noise:
-    """The noise a sidecar or checkpoint recorded (:meth:`Noise.spec`); a record without a noise
-    name is Cohen et al.'s Gaussian (files written before noises had names)."""
+    """The noise a sidecar or checkpoint recorded (its ``noise``, ``sigma`` and ``noise_params``
+    fields, :meth:`Noise.spec`; other fields are ignored, so a whole sidecar will do).  A record
+    without a noise name is Cohen et al.'s Gaussian (files written before noises had names)."""
     check(isinstance(spec, dict), f"a noise record must be a mapping, got {type(spec).__name__}")
-    params = {k: v for k, v in spec.items() if k not in ("noise", "sigma")}
+    params = spec.get("noise_params") or {}
+    check(isinstance(params, dict), f"noise_params must be a mapping, got {params!r}")
     try:
         return make_noise(spec.get("noise") or DEFAULT_NOISE, spec.get("sigma"), **params)
     except TypeError as e:
         raise RsmoothError(f"the noise record {spec!r} has parameters this version does not know: {e}") from None
+
+
+def as_noise(noise: Union[float, Noise]) -> Noise:
+    """``noise`` itself, or Cohen et al.'s Gaussian when given a sigma (a number)."""
+    if isinstance(noise, Noise):
+        return noise
+    return Gaussian(noise)  # a string is refused by validate_sigma

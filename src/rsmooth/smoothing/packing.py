@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..errors import check
+from .noises import Noise
 from .procedures import Procedure
 from .sequential import Look, settle_looks
 
@@ -39,13 +40,6 @@ MIN_ROWS = 16
 
 #: (key, image [C x H x W], generator) of one image to certify
 Item = Tuple[Hashable, torch.Tensor, Optional[torch.Generator]]
-
-
-def draw_noisy(out: torch.Tensor, x: torch.Tensor, sigma: float, generator: Optional[torch.Generator]) -> torch.Tensor:
-    """``out`` filled with noisy copies of ``x`` (broadcast to it): N(0, sigma^2) drawn from
-    ``generator`` in ``out``'s layout, then ``x`` added in place.  The one place smoothing noise is
-    drawn (the packer's passes, :meth:`Smooth.count_votes`, the tuner's timed passes)."""
-    return out.normal_(0.0, sigma, generator=generator).add_(x)
 
 
 @dataclass(eq=False)
@@ -81,14 +75,15 @@ class _Task:
 class Packer:
     """Runs a procedure on a stream of images, ``batch_size`` noisy samples per forward pass.
 
-    ``votes(batch)`` classifies a batch of noisy inputs [B x C x H x W] (the model's dtype) and
+    ``noise`` draws every noisy copy (:meth:`~rsmooth.smoothing.noises.Noise.draw`: the one place
+    smoothing noise is drawn); ``votes(batch)`` classifies a batch of noisy inputs [B x C x H x W] (the model's dtype) and
     returns votes [B] (int64; the index ``num_classes`` for non-finite logits); ``full``: every
     pass runs at ``batch_size`` rows (compiled graphs); ``refuse(bad, total)`` raises when a
     request saw non-finite logits; ``check_image(x)`` validates each image as it is admitted.
     """
 
     votes: Callable[[torch.Tensor], torch.Tensor]
-    sigma: float
+    noise: Noise
     batch_size: int
     num_classes: int
     device: torch.device
@@ -102,9 +97,9 @@ class Packer:
 
     def noisy_votes(self, x: torch.Tensor, out: torch.Tensor, generator: Optional[torch.Generator]) -> torch.Tensor:
         """Votes [len(out)] (on the device, not waited for) of one forward pass over ``out`` filled
-        with noisy copies of ``x`` (:func:`draw_noisy`): a pass as :meth:`run` makes them, for
-        timing (the tuner) and for comparing two models on the same noisy inputs."""
-        return self.votes(draw_noisy(out, x, self.sigma, generator))
+        with noisy copies of ``x``: a pass as :meth:`run` makes them, for timing (the tuner) and for
+        comparing two models on the same noisy inputs."""
+        return self.votes(self.noise.draw(out, x, generator))
 
     def run(self, procedure: Procedure, items: Iterable[Item]) -> Iterator[Tuple[Hashable, Any, float]]:
         """(key, result, seconds) of each item as it completes; seconds is the item's share of the
@@ -113,26 +108,37 @@ class Packer:
         self._tasks.clear()
         free = list(range(self.batch_size))[::-1]
         counts = torch.zeros(self.batch_size, self.num_classes + 1, dtype=torch.long, device=self.device)
+        on_device = getattr(procedure, "on_device", False)
+        kept = torch.zeros(self.num_classes + 1, dtype=torch.long, device=self.device)  # on_device: all counts
+        drawn = 0  # on_device: the samples of the images done
         clock = time.perf_counter()
         more = True
         while True:
             more = more and self._admit_until_full(procedure, items, free)
             if not self._tasks:
-                return
+                break
             self._pass(counts)
             done = [t for t in self._tasks if t.waiting == 0 and not self._next_request(t, counts)]
             if not done:
                 continue
-            host = torch.stack([c for t in done for c in (*t.held, counts[t.slot])]).cpu().numpy()  # the one wait
+            if on_device:  # the counts rows as they are (read by the caller, or never)
+                rows = [counts[t.slot].clone() for t in done]
+                kept += torch.stack(rows).sum(0)
+                drawn += len(done) * procedure.max_samples()
+                answers = [(t, row[:-1]) for t, row in zip(done, rows)]
+            else:
+                host = torch.stack([c for t in done for c in (*t.held, counts[t.slot])]).cpu().numpy()  # the one wait
             for t in done:
                 counts[t.slot].zero_()
             now = time.perf_counter()
             self._share_time(now - clock)
             clock = now
-            for task, result in self._answer(done, host):
+            for task, result in answers if on_device else self._answer(done, host):
                 self._tasks.remove(task)
                 free.append(task.slot)
                 yield task.key, result, task.seconds
+        if on_device:
+            self.refuse(int(kept[-1]), drawn)  # the one wait of an on-device stream
 
     @staticmethod
     def _next_request(task: _Task, counts: torch.Tensor) -> bool:
@@ -157,7 +163,7 @@ class Packer:
     def _admit(self, procedure: Procedure, item: Item, slot: int) -> None:
         key, x, generator = item
         x = self.check_image(x)
-        task = _Task(key, x, generator, procedure.steps(self.sigma), slot)
+        task = _Task(key, x, generator, procedure.steps(self.noise), slot)
         task.ask(next(task.steps))
         self._tasks.append(task)
 
@@ -190,11 +196,11 @@ class Packer:
                 block = min(NOISE_BLOCK, task.todo)
                 task.todo -= block
                 if block <= space - placed:
-                    draw_noisy(self.buffer[start + placed:start + placed + block], task.x, self.sigma, task.generator)
+                    self.noise.draw(self.buffer[start + placed:start + placed + block], task.x, task.generator)
                     placed += block
                     continue
                 task.staged = torch.empty((block, *task.x.shape), dtype=self.dtype, device=self.device)
-                draw_noisy(task.staged, task.x, self.sigma, task.generator)
+                self.noise.draw(task.staged, task.x, task.generator)
             k = min(len(task.staged), space - placed)
             self.buffer[start + placed:start + placed + k] = task.staged[:k]
             task.staged = task.staged[k:] if k < len(task.staged) else None

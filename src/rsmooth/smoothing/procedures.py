@@ -1,6 +1,7 @@
 """Cohen et al.'s PREDICT and CERTIFY and the sequential modes, as procedures on one image.
 
-A procedure is a validated, frozen dataclass whose :meth:`steps` is a generator: it yields how
+A procedure is a validated, frozen dataclass whose :meth:`steps` (given the smoothing noise,
+:mod:`rsmooth.smoothing.noises`, which turns bounds into radii) is a generator: it yields how
 many fresh noisy samples it needs next (and receives their counts [K], numpy int64; a tuple of
 numbers is drawn back to back and answered with a tuple of counts) or a
 :class:`~rsmooth.smoothing.sequential.Look` (and receives its bounds), and returns the image's
@@ -15,7 +16,7 @@ Randomized Smoothing, arXiv 1902.02918, Sec. 3.2.  Sequential and adaptive certi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generator, Sequence, Tuple, Union
+from typing import Any, ClassVar, Generator, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -23,7 +24,8 @@ from ..errors import check
 from .sequential import (Decision, Look, SequentialCertificate, decide, radius_gain, radius_of,
                          sequence_steps, thresholds, validate_futility, validate_radii, validate_radius_tol,
                          validate_sequential_alpha)
-from .stats import binom_pvalue, certified_radius, clopper_pearson_lower, validate_alpha, validate_count
+from .noises import Noise
+from .stats import binom_pvalue, clopper_pearson_lower, validate_alpha, validate_count
 
 #: the class a smoothed classifier returns when it abstains (Cohen et al.'s ``Smooth.ABSTAIN``)
 ABSTAIN = -1
@@ -41,6 +43,31 @@ def _set(obj: Any, **values: Any) -> None:
 
 
 @dataclass(frozen=True)
+class Counts:
+    """The votes of ``n`` noisy samples, nothing more (what ``Smooth.count_votes`` runs, e.g. for
+    CAT-RS's consistency targets).  Its counts stay on the model's device: the packer hands back
+    each image's counts row [K] without reading it to the host, and checks the non-finite votes
+    of all images in one read when the stream ends.  Result: counts [K] (int64, on the device)."""
+
+    n: int
+
+    #: the packer returns the counts as they are on the device (no host read per image)
+    on_device: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        _set(self, n=validate_count("n", self.n))
+
+    def steps(self, noise: Noise) -> Steps:
+        return (yield self.n)
+
+    def samples(self, result: Any) -> int:
+        return self.n
+
+    def max_samples(self) -> int:
+        return self.n
+
+
+@dataclass(frozen=True)
 class Predict:
     """PREDICT: the top class of ``n`` noisy votes, or ABSTAIN when the two-sided binomial test of
     the top two counts has p-value > ``alpha``.  Returns a class other than g(x) with probability
@@ -52,7 +79,7 @@ class Predict:
     def __post_init__(self) -> None:
         _set(self, n=validate_count("n", self.n), alpha=validate_alpha(self.alpha))
 
-    def steps(self, sigma: float) -> Steps:
+    def steps(self, noise: Noise) -> Steps:
         counts = yield self.n
         top2 = np.argsort(-counts, kind="stable")[:2]  # ties to the lowest index
         n_a, n_b = int(counts[top2[0]]), int(counts[top2[1]])
@@ -70,8 +97,9 @@ class Predict:
 @dataclass(frozen=True)
 class Certify:
     """CERTIFY: c_A from ``n0`` samples, the one-sided Clopper-Pearson lower bound p_A of ``n``
-    fresh samples at level 1 - ``alpha``; (c_A, sigma * Phi^-1(p_A)) if p_A >= 1/2, else
-    (ABSTAIN, 0.0).  With probability >= 1 - alpha, g(x + d) = c_A for every ||d||_2 < radius."""
+    fresh samples at level 1 - ``alpha``; (c_A, the noise's radius of p_A: sigma * Phi^-1(p_A) for
+    Gaussian noise) if p_A >= 1/2, else (ABSTAIN, 0.0).  With probability >= 1 - alpha,
+    g(x + d) = c_A for every d within the radius in the noise's norm (||d||_2 for Gaussian noise)."""
 
     n0: int
     n: int
@@ -82,13 +110,13 @@ class Certify:
         check(self.n >= self.n0, f"n ({self.n}) is below n0 ({self.n0}): the n0 samples only pick the class, the "
                                  f"n fresh ones certify it (the papers: n0 = 100, n = 100,000)")
 
-    def steps(self, sigma: float) -> Steps:
+    def steps(self, noise: Noise) -> Steps:
         counts0, counts = yield self.n0, self.n  # drawn back to back, read once
         c_a = _top(counts0)
         p_lower = clopper_pearson_lower(int(counts[c_a]), self.n, self.alpha)
         if p_lower < 0.5:
             return ABSTAIN, 0.0
-        return c_a, certified_radius(p_lower, sigma)
+        return c_a, float(noise.radius(p_lower))
 
     def samples(self, result: Any) -> int:
         return self.n0 + self.n
@@ -137,8 +165,8 @@ class Sequential(_Sequence):
         super().__post_init__()
         _set(self, radii=radii)
 
-    def steps(self, sigma: float) -> Steps:
-        levels = thresholds(self.radii, sigma)
+    def steps(self, noise: Noise) -> Steps:
+        levels = thresholds(self.radii, noise)
         c_a, bounds = yield from self._estimate(lambda b: Decision.OPEN not in decide(b, levels))
         decisions = decide(bounds, levels)  # none is open at n_max: the projection is the lower bound there
         robust = [r for r, d in zip(self.radii, decisions) if d is Decision.ROBUST]
@@ -159,11 +187,11 @@ class Adaptive(_Sequence):
         super().__post_init__()
         _set(self, radius_tol=radius_tol)
 
-    def steps(self, sigma: float) -> Steps:
-        c_a, bounds = yield from self._estimate(lambda b: radius_gain(b, sigma) <= self.radius_tol)
-        prediction, radius = ((c_a, radius_of(bounds.lower, sigma)) if bounds.lower > 0.5 else (ABSTAIN, 0.0))
+    def steps(self, noise: Noise) -> Steps:
+        c_a, bounds = yield from self._estimate(lambda b: radius_gain(b, noise) <= self.radius_tol)
+        prediction, radius = ((c_a, radius_of(bounds.lower, noise)) if bounds.lower > 0.5 else (ABSTAIN, 0.0))
         return SequentialCertificate(prediction, radius, self.n0 + bounds.n, bounds.n, bounds.n_a, c_a, bounds.lower,
                                      bounds.upper, bounds.n == self.n_max)
 
 
-Procedure = Union[Predict, Certify, Sequential, Adaptive]
+Procedure = Union[Counts, Predict, Certify, Sequential, Adaptive]

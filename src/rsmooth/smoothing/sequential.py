@@ -50,7 +50,11 @@ from typing import Any, Callable, Generator, List, Sequence, Tuple, Union
 import numpy as np
 
 from ..errors import RsmoothError, check
+from .noises import Noise, as_noise
 from .stats import MAX_RADIUS, check_probability
+
+#: a noise, or a sigma (Cohen et al.'s Gaussian)
+NoiseLike = Union[float, Noise]
 
 #: default beta: the level of the upper bound that decides when a radius is not worth more samples
 FUTILITY = 0.05
@@ -270,11 +274,10 @@ class Decision(str, enum.Enum):
     OPEN = "open"  #: still undecided (never in a final result)
 
 
-def thresholds(radii: Sequence[float], sigma: float) -> np.ndarray:
-    """Phi(r / sigma) for each radius: g is certifiably robust at r when p_A > Phi(r / sigma)."""
-    from scipy.stats import norm
-
-    return norm.cdf(np.asarray(radii, dtype=np.float64) / sigma)
+def thresholds(radii: Sequence[float], noise: NoiseLike) -> np.ndarray:
+    """The p_A each radius needs (Phi(r / sigma) for Gaussian noise): g is certifiably robust at r
+    when p_A > its threshold (:meth:`~rsmooth.smoothing.noises.Noise.level`)."""
+    return np.asarray(as_noise(noise).level(np.asarray(radii, dtype=np.float64)), dtype=np.float64)
 
 
 def decide(bounds: Bounds, thresholds: Sequence[float]) -> Tuple[Decision, ...]:
@@ -283,23 +286,21 @@ def decide(bounds: Bounds, thresholds: Sequence[float]) -> Tuple[Decision, ...]:
                  else Decision.BEYOND_CAP if bounds.projected <= th else Decision.OPEN for th in thresholds)
 
 
-def radius_of(p: float, sigma: float) -> float:
-    """sigma * Phi^-1(p), clamped at 0 (the radius a lower bound p certifies)."""
-    from scipy.stats import norm
-
-    return float(sigma * max(norm.ppf(p), 0.0))
+def radius_of(p: float, noise: NoiseLike) -> float:
+    """The radius a lower bound p certifies (sigma * Phi^-1(p) for Gaussian noise), clamped at 0."""
+    return float(max(as_noise(noise).radius(p), 0.0))
 
 
-def largest_radius(n_max: int, alpha: float, sigma: float) -> float:
+def largest_radius(n_max: int, alpha: float, noise: NoiseLike) -> float:
     """The largest radius the sequential modes can certify with ``n_max`` estimation samples: that
     of the anytime lower bound when every sample is a vote for c_A."""
-    return radius_of(float(anytime_lower(n_max, n_max, alpha)), sigma)
+    return radius_of(float(anytime_lower(n_max, n_max, alpha)), noise)
 
 
-def radius_gain(bounds: Bounds, sigma: float) -> float:
+def radius_gain(bounds: Bounds, noise: NoiseLike) -> float:
     """How much the samples up to n_max could still raise the certified radius (with probability
     >= 1 - 2 beta): the radius of the projected lower bound minus that of the lower bound."""
-    return radius_of(bounds.projected, sigma) - radius_of(bounds.lower, sigma)
+    return radius_of(bounds.projected, noise) - radius_of(bounds.lower, noise)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import enum
 import math
 import warnings
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, get_args
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union, get_args
 
 import numpy as np
 import torch
@@ -20,9 +20,10 @@ from torch import nn
 
 from ..errors import RsmoothError, check, first_line
 from ..seeding import generator, validate_seed
-from .stats import validate_count, validate_sigma
-from .packing import Item, Packer, draw_noisy
-from .procedures import ABSTAIN, Adaptive, Certify, Predict, Procedure, Sequential
+from .noises import Noise, as_noise
+from .stats import validate_count
+from .packing import Item, Packer
+from .procedures import ABSTAIN, Adaptive, Certify, Counts, Predict, Procedure, Sequential
 from .sequential import FUTILITY, SequentialCertificate
 
 
@@ -187,7 +188,7 @@ class Smooth:
         self,
         base_classifier: nn.Module,
         num_classes: int,
-        sigma: float,
+        sigma: Union[float, Noise],
         *,
         precision: str = "fp32",
         channels_last: bool = False,
@@ -200,7 +201,8 @@ class Smooth:
         self.precision = validate_precision(precision)
         self.base_classifier = base_classifier
         self.num_classes = num_classes
-        self.sigma = validate_sigma(sigma)
+        self.noise = as_noise(sigma)
+        self.sigma = self.noise.sigma
         self.channels_last = bool(channels_last)
         self.compile = bool(compile)
         self.device = _model_device(base_classifier)
@@ -209,7 +211,6 @@ class Smooth:
         dtype = torch.bfloat16 if self.precision is Precision.BF16 else self._noise_dtype
         self._noisy_votes = _NoisyVotes(self._model, dtype, self.channels_last)
         self._votes = _Compiled(self._noisy_votes) if self.compile else self._noisy_votes
-        self._noise: Optional[torch.Tensor] = None  # flat storage of the reused noise buffer
         self._checked_shapes: Set[Tuple[int, ...]] = set()  # input shapes the model accepted
         self._warned_range = False  # inputs outside [0, 1] are told once per object
 
@@ -278,36 +279,6 @@ class Smooth:
               f"{self.num_classes}; pass num_classes={out.shape[1]}")
         self._checked_shapes.add(shape)
 
-    def _buffer(self, shape: Tuple[int, ...]) -> torch.Tensor:
-        """A contiguous view of one reused buffer (never materialise all n copies)."""
-        numel = math.prod(shape)
-        if self._noise is None or self._noise.numel() < numel:
-            self._noise = None  # free the old buffer before allocating a larger one
-            try:  # zeros: padded rows of compiled mode are classified (never counted) before they hold noise
-                self._noise = torch.zeros(numel, dtype=self._noise_dtype, device=self.device)
-            except (RuntimeError, MemoryError, TypeError) as e:
-                gib = numel * self._noise_dtype.itemsize / 2 ** 30
-                raise RsmoothError(
-                    f"cannot allocate the noise of {shape[0] * shape[1]} noisy inputs per forward pass "
-                    f"({gib:.3g} GiB on {self.device}: {first_line(e, 80)}); lower batch_size "
-                    f"(--batch-size)") from e
-        return self._noise[:numel].view(shape)
-
-    def _sample(self, images: torch.Tensor, copies: int, shape: Tuple[int, int],
-                generator: Optional[torch.Generator]) -> torch.Tensor:
-        """Votes [len(images) x copies] of f on fresh noisy copies of each image.
-
-        ``shape`` (G images x M copies) is one full forward pass; compiled mode always runs
-        it whole (padding the last one), so the graph sees a single shape.
-        """
-        g = images.shape[0]
-        noisy = self._buffer((*shape, *images.shape[1:]))
-        draw_noisy(noisy[:g, :copies], images.unsqueeze(1), self.sigma, generator)
-        if not self.compile:  # compiled: the whole pass, its other rows never counted
-            noisy = noisy[:g, :copies]
-        votes = self._votes(noisy.flatten(0, 1)).view(noisy.shape[:2])
-        return votes[:g, :copies]
-
     def count_votes(
         self,
         xs: torch.Tensor,
@@ -331,43 +302,20 @@ class Smooth:
         self._check_range(_validate_input(xs, 4, "xs"), "xs")
         num = validate_count("num", num)
         batch_size = validate_count("batch_size", batch_size, maximum=None)  # too large: says what to lower
-        with self._eval():
-            counts = self._count(xs, num, batch_size, generator)
-        _refuse_nonfinite(int(counts[:, -1].sum()), xs.shape[0] * num)  # the one wait for the device
-        return counts[:, :-1].contiguous()
-
-    def _count(self, xs, num, batch_size, generator) -> torch.Tensor:
-        """Counts [B x K+1] on the model's device, column K the noisy inputs with non-finite logits.
-
-        Nothing here waits for the device: the input is copied to it without blocking, and the
-        noise, votes and counts stay on it, so the forward passes queue back to back.
-        """
-        xs = xs.to(device=self.device, dtype=self._noise_dtype, non_blocking=True).contiguous()
-        B, K = xs.shape[0], self.num_classes
         _validate_generator(generator, self.device)
+        xs = self.noise.check_image(xs).to(device=self.device, dtype=self._noise_dtype, non_blocking=True)
         self._check_model(xs)
-        counts = torch.zeros(B, K + 1, dtype=torch.long, device=self.device)  # column K: non-finite
-        if num >= batch_size or B == 1:  # one image per pass, `batch_size` copies
-            shape = (1, batch_size if self.compile else min(num, batch_size))
-        else:  # g images per pass, all `num` copies of each
-            shape = (batch_size // num, num)
-        try:
-            for start in range(0, B, shape[0]):
-                images = xs[start:start + shape[0]]
-                for done in range(0, num, shape[1]):
-                    votes = self._sample(images, min(shape[1], num - done), shape, generator)
-                    counts[start:start + len(images)].scatter_add_(1, votes, torch.ones_like(votes))
-        except (RuntimeError, MemoryError) as e:
-            if not _out_of_memory(e):
-                raise
-            raise RsmoothError(f"out of memory classifying {shape[0] * shape[1]} noisy inputs per forward "
-                               f"pass on {self.device}; lower batch_size (--batch-size, now {batch_size})") from e
-        return counts
+        items = ((b, x, generator) for b, x in enumerate(xs.contiguous()))
+        with self.packer(batch_size, checked=True) as packer, self._memory_says(batch_size):
+            rows = {b: row for b, row, _ in packer.run(Counts(num), items)}  # one wait, at the end
+        if not rows:
+            return torch.zeros(0, self.num_classes, dtype=torch.long, device=self.device)
+        return torch.stack([rows[b] for b in range(len(rows))])
 
     def _image(self, x: torch.Tensor) -> torch.Tensor:
         """One image checked (shape, range, the model on its shape) and put on the model's device."""
         self._check_range(_validate_input(x, 3, "x"), "x")
-        x = x.to(device=self.device, dtype=self._noise_dtype, non_blocking=True).contiguous()
+        x = self.noise.check_image(x).to(device=self.device, dtype=self._noise_dtype, non_blocking=True).contiguous()
         self._check_model(x.unsqueeze(0))
         return x
 
@@ -377,13 +325,15 @@ class Smooth:
         return self._noise_dtype
 
     @contextmanager
-    def packer(self, batch_size: int) -> Iterator[Packer]:
+    def packer(self, batch_size: int, *, checked: bool = False) -> Iterator[Packer]:
         """The :class:`~rsmooth.smoothing.packing.Packer` of this smoothed classifier, its models in
         eval mode without autograd while it is used: what :meth:`stream` runs, and what the tuner
         times passes with.
 
         Args:
             batch_size: noisy inputs per forward pass.
+            checked: the images given to it are already checked and on the model's device
+                (``count_votes`` checks its whole batch at once).
 
         Returns:
             a context manager giving the packer.
@@ -396,8 +346,8 @@ class Smooth:
             ```
         """
         with self._eval():
-            yield Packer(self._votes, self.sigma, batch_size, self.num_classes, self.device, self._noise_dtype,
-                         _refuse_nonfinite, self._image, full=self.compile)
+            yield Packer(self._votes, self.noise, batch_size, self.num_classes, self.device, self._noise_dtype,
+                         _refuse_nonfinite, _same if checked else self._image, full=self.compile)
 
     def stream(self, procedure: Procedure, items: Iterable[Item], batch_size: int) -> Iterator[Tuple[Any, Any, float]]:
         """Run ``procedure`` on each image of ``items``, packing the samples of many images into each
@@ -429,14 +379,19 @@ class Smooth:
         check(isinstance(procedure, get_args(Procedure)),
               f"procedure must be a Predict, Certify, Sequential or Adaptive of rsmooth.smoothing.procedures, "
               f"got {type(procedure).__name__}")
-        with self.packer(batch_size) as packer:
-            try:
-                yield from packer.run(procedure, self._checked_items(items))
-            except (RuntimeError, MemoryError) as e:
-                if not _out_of_memory(e):
-                    raise
-                raise RsmoothError(f"out of memory classifying up to {batch_size} noisy inputs per forward pass on "
-                                   f"{self.device}; lower batch_size (--batch-size, now {batch_size})") from e
+        with self.packer(batch_size) as packer, self._memory_says(batch_size):
+            yield from packer.run(procedure, self._checked_items(items))
+
+    @contextmanager
+    def _memory_says(self, batch_size: int) -> Iterator[None]:
+        """Running out of memory in a forward pass says which setting to lower."""
+        try:
+            yield
+        except (RuntimeError, MemoryError) as e:
+            if not _out_of_memory(e):
+                raise
+            raise RsmoothError(f"out of memory classifying up to {batch_size} noisy inputs per forward pass on "
+                               f"{self.device}; lower batch_size (--batch-size, now {batch_size})") from e
 
     def _checked_items(self, items: Iterable[Item]) -> Iterator[Item]:
         for item in items:
@@ -697,6 +652,10 @@ def _validate_ids(name: str, values: Sequence[int], count: int, num_classes: Opt
             out.append(-1)
         check(0 <= out[-1] < (num_classes or math.inf), f"{name}[{b}] is {v!r}, not {what}")
     return out
+
+
+def _same(x: torch.Tensor) -> torch.Tensor:
+    return x
 
 
 def _refuse_nonfinite(bad: int, total: int) -> None:

@@ -17,7 +17,6 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
-from .packing import draw_noisy
 from .smooth import DEFAULT_BATCH_SIZE, Smooth
 
 #: batch sizes tried on a CPU, and from where a GPU doubles until it stops gaining or memory ends
@@ -118,7 +117,7 @@ def _best_size(smooth: Smooth, x: torch.Tensor, sizes: Sequence[int], rates: Dic
 def _same_votes(a: Smooth, b: Smooth, x: torch.Tensor, batch_size: int) -> int:
     """How many of ``batch_size`` noisy copies of ``x`` the two classify differently."""
     g = torch.Generator(device=x.device).manual_seed(0)
-    batch = draw_noisy(torch.empty((batch_size, *x.shape), dtype=x.dtype, device=x.device), x, a.sigma, g)
+    batch = a.noise.draw(torch.empty((batch_size, *x.shape), dtype=x.dtype, device=x.device), x, g)
     with a.packer(batch_size) as pa, b.packer(batch_size) as pb:
         return int((pa.votes(batch) != pb.votes(batch)).sum())
 
