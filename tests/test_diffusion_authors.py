@@ -193,7 +193,7 @@ def test_noise_at_a_step_below_sigma_is_refused_and_nearest_at_sigma_is_not():
     abar = np.cumprod(1 - authors_betas("linear", 1000))
     eps = diffusion_module.EpsilonModel(torch.nn.Conv2d(1, 1, 1))
     t, realised = diffusion_module.choose_timestep(abar, 0.25, "nearest")
-    assert realised < 0.25  # sigma 0.25: step 144 (0.2498) against the authors' 145 (0.2516)
+    assert realised < 0.25  # sigma 0.25: step 144 (0.2497) against the authors' 145 (0.2516)
     with pytest.raises(RsmoothError, match="below the certified sigma 0.25.*--diffusion-rounding up"):
         diffusion_module.DiffusionDenoiser(eps, abar, 0.25, rounding="nearest")
     d = diffusion_module.DiffusionDenoiser(eps, abar, 0.25, rounding="nearest", noise="sigma")
