@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import typing
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from ..errors import RsmoothError
 from . import catalog
