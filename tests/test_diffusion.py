@@ -60,7 +60,7 @@ def test_one_shot_is_the_gaussian_posterior_mean(double):
     """With the exact epsilon predictor of Gaussian data, D(x + delta) is E[x0 | 2(x + delta) - 1]
     with noise std 2 sigma at the realised level, clamped and mapped to [0, 1]."""
     mu, s, sigma = 0.1, 0.4, 0.25
-    d = DiffusionDenoiser(EpsilonModel(GaussianEps(ABAR, mu, s, double)), ABAR, sigma)
+    d = DiffusionDenoiser(EpsilonModel(GaussianEps(ABAR, mu, s, double)), ABAR, sigma, noise="sigma")
     noisy = torch.rand(3, 2, 5, 5, generator=torch.Generator().manual_seed(0)) * 1.4 - 0.2
     r = 2 * d.realised_sigma
     expected = (_posterior_mean(2 * noisy.double() - 1, mu, s, r).clamp(-1, 1) + 1) / 2
@@ -71,7 +71,7 @@ def test_one_shot_is_the_gaussian_posterior_mean(double):
 def test_scaling_uses_sqrt_abar_of_t_star():
     """x_t* = sqrt(abar_t*) (2(x + delta) - 1): a model predicting eps = 0 returns the input itself."""
     zero = EpsilonModel(_Const(0.0))
-    d = DiffusionDenoiser(zero, ABAR, 0.25)
+    d = DiffusionDenoiser(zero, ABAR, 0.25, noise="sigma")
     x = torch.rand(2, 1, 4, 4)
     torch.testing.assert_close(d(x), x.clamp(0, 1))
 
@@ -87,7 +87,7 @@ class _Const(nn.Module):
 
 
 def test_wrong_channel_count_is_one_line():
-    d = DiffusionDenoiser(EpsilonModel(_Const(0.0, channels=3)), ABAR, 0.25)
+    d = DiffusionDenoiser(EpsilonModel(_Const(0.0, channels=3)), ABAR, 0.25, noise="sigma")
     with pytest.raises(RsmoothError, match=r"maps \(2, 1, 4, 4\) to \(2, 3, 4, 4\)"):
         d(torch.rand(2, 1, 4, 4))
 
@@ -108,8 +108,8 @@ def test_reverse_process_keeps_the_posterior_mean():
     small" variance under-disperses Gaussian data)."""
     mu, s, sigma = 0.0, 0.2, 0.25
     eps = EpsilonModel(GaussianEps(ABAR, mu, s))
-    one = DiffusionDenoiser(eps, ABAR, sigma)
-    multi = DiffusionDenoiser(eps, ABAR, sigma, steps=8)
+    one = DiffusionDenoiser(eps, ABAR, sigma, noise="sigma")
+    multi = DiffusionDenoiser(eps, ABAR, sigma, steps=8, noise="sigma")
     x = 0.55 + 1e-9 * torch.arange(4000, dtype=torch.float64).view(-1, 1, 1, 1)  # distinct copies, distinct draws
     out = multi(x)
     r = 2 * one.realised_sigma
@@ -127,7 +127,7 @@ def test_learned_variance_half_and_class_label_reach_the_model():
             seen["y"] = y
             return torch.cat([torch.zeros_like(x), torch.ones_like(x)], 1)
 
-    d = DiffusionDenoiser(EpsilonModel(Net(), class_label=3), ABAR, 0.5)
+    d = DiffusionDenoiser(EpsilonModel(Net(), class_label=3), ABAR, 0.5, noise="sigma")
     x = torch.rand(2, 1, 4, 4)
     torch.testing.assert_close(d(x), x)  # the variance half (ones) is not taken as epsilon
     assert seen["y"].tolist() == [3, 3]
@@ -245,6 +245,7 @@ def test_missing_diffusers_names_the_extra(tmp_path, monkeypatch):
 @pytest.mark.slow  # imports diffusers (7 s)
 def test_unknown_folder_or_hub_id_is_one_line(tmp_path):
     pytest.importorskip("diffusers")
+    (tmp_path / "nothing").mkdir()  # a folder without a model (a missing path is "no such file or folder")
     with pytest.raises(RsmoothError, match="no UNet2DModel there") as e:
         load_diffusion(str(tmp_path / "nothing"))
     assert "\n" not in str(e.value)

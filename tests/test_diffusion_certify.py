@@ -31,7 +31,7 @@ def test_cli_certifies_behind_the_diffusion_model_and_records_it(files, tmp_path
           "--batch-size", "25", "--out", str(out)])
     printed = capsys.readouterr().out
     t, realised = choose_timestep(linear_schedule(1000), 0.25)
-    assert f"diffusion: sigma 0.25 -> t* = {t} of 1000 (realised sigma {realised:.4g}); 1 UNet pass(es)" in printed
+    assert f"diffusion: sigma 0.25 -> t* = {t} of 1000 (rounding up, realised sigma {realised:.4g})" in printed
     assert "estimate: 3 images x 50 samples = 150 samples at " in printed
     meta = read_sidecar(out)
     assert meta["diffusion"] == str(files / "ddpm.pt") and len(meta["diffusion_sha256"]) == 64
@@ -106,3 +106,13 @@ def test_sequential_and_bf16_run_behind_the_diffusion_model(files, tmp_path):
     assert any(line.startswith("diffusion: sigma 0.25") for line in lines)
     assert any(line.startswith("estimate: 3 images x ") and line.endswith(" at most") for line in lines)
     assert read_sidecar(out)["diffusion_steps"] == 1 and len(read_certify_tsv(out)) == 3
+
+
+def test_compile_with_seeded_noise_draws_is_one_line(files, tmp_path):
+    """torch.export cannot trace the top-up's or the reverse steps' seeded draws: one line naming
+    the flags that export (--diffusion-noise sigma, one step), before any certification."""
+    from rsmooth.errors import RsmoothError
+
+    with pytest.raises(RsmoothError, match="--compile cannot export .* pass --diffusion-noise sigma --diffusion-steps 1"):
+        run_certification(str(files / "model.pt"), str(tmp_path / "c.tsv"), diffusion=str(files / "ddpm.pt"),
+                          compile=True, **RUN)

@@ -68,9 +68,9 @@ def _add_diffusion_flags(p: argparse.ArgumentParser) -> None:
         "diffusion model D (Carlini, Tramer, Dvijotham, Rice, Sun, Kolter 2023, (Certified!!) Adversarial "
         "Robustness for Free!, arXiv 2206.10550): the base classifier is f(D(x + delta)). What D does to a "
         "noisy input x + delta in [0,1] pixels: the model works in [-1,1], so 2(x + delta) - 1 carries noise "
-        "2 sigma; t* is the schedule step whose sqrt((1 - abar_t)/abar_t) is nearest to 2 sigma (the realised "
-        "sigma, half that step's value, is printed and recorded in OUT.json); x_t* = sqrt(abar_t*) (2(x + delta) "
-        "- 1); x0 = (x_t* - sqrt(1 - abar_t*) eps(x_t*, t*)) / sqrt(abar_t*), clamped to [-1,1], mapped back "
+        "2 sigma; t* is the first schedule step whose sqrt((1 - abar_t)/abar_t) is at or above 2 sigma (the realised "
+        "sigma s', half that step's value, is printed and recorded in OUT.json); the input is topped up to noise s' "
+        "(the authors' q_sample); x_t* = sqrt(abar_t*) (2(x + delta) - 1); x0 = (x_t* - sqrt(1 - abar_t*) eps(x_t*, t*)) / sqrt(abar_t*), clamped to [-1,1], mapped back "
         "to [0,1] and classified. Costs the UNet pass(es) per noise sample: the cost per sample and the run's "
         "time are printed before it starts")
     g.add_argument("--diffusion", metavar="PATH_OR_ID",
@@ -82,6 +82,15 @@ def _add_diffusion_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--diffusion-steps", type=integer, default=1, metavar="K",
                    help="reverse-process steps from t* to 0 (evenly spaced, a UNet pass each; the noise of each "
                    "step seeded by the input); 1: the one-shot estimate above, the paper's default (default: 1)")
+    g.add_argument("--diffusion-rounding", choices=("up", "nearest"), default="up",
+                   help="t*: the first step at or above 2 sigma (up, the authors') or the nearest (default: up)")
+    g.add_argument("--diffusion-noise", choices=("step", "sigma"), default="step",
+                   help="D's input at the step's own level s' >= sigma (step: topped up, the authors' q_sample) or "
+                   "at exactly sigma; the radius is at sigma either way, sound for both (default: step)")
+    g.add_argument("--classifier-input", metavar="SPEC",
+                   help="what the classifier gets, also without --diffusion: size=N|HxW, mode=bicubic|bilinear|"
+                   "nearest|area (antialiased), mean=M[/M/M], std=S[/S/S], comma-separated, e.g. "
+                   "size=512,mean=0.5,std=0.5 (default: the images as they are)")
     g.add_argument("--diffusion-other-dataset", action="store_true",
                    help="use a DDPM file that records another dataset than the one certified (refused without "
                    "it: a denoiser of other images keeps the certificate sound but its accuracy low)")
@@ -116,20 +125,33 @@ def _sequential_options(args: argparse.Namespace) -> Dict[str, Any]:
     return out
 
 
+#: CertifyJob fields that no flag of their name sets: the positional pair, the corruption flags (one
+#: job per corrupted set, below), the Python-only ones, and those of the mode (_sequential_options)
+_NOT_FROM_FLAGS = frozenset({"checkpoint", "out", "corruption", "severity", "corruption_seed", "corruption_suite",
+                             "progress", "log", "model_options", "mode", "n", "radii", "n_max", "radius_tol",
+                             "futility"})
+
+
+def job_keywords(args: argparse.Namespace) -> Dict[str, Any]:
+    """run_certification's keywords from the flags: each CertifyJob field from the flag of its name
+    (a field added to the job is a flag away from the command line), the mode's from
+    :func:`_sequential_options`, and the model options."""
+    from dataclasses import fields
+
+    from ..engine.certify import CertifyJob
+
+    kwargs = {f.name: getattr(args, f.name) for f in fields(CertifyJob)
+              if f.name not in _NOT_FROM_FLAGS and hasattr(args, f.name)}
+    return {**kwargs, **_sequential_options(args), "model_options": model_options(args)}
+
+
 def run(args: argparse.Namespace) -> None:
     """Certify (or predict) --checkpoint on the test set, or on each corruption asked for."""
     from ..data import published_release
     from ..engine import certify_corruptions, corruption_plan, load_model, run_certification
     from ..engine.distributed import world
 
-    kwargs = dict(**_sequential_options(args), dataset=args.dataset, split=args.split,
-                  sigma=args.sigma, noise=args.noise, n0=getattr(args, "n0", 100), alpha=args.alpha,
-                  batch_size=args.batch_size, start=args.start, skip=args.skip, max=args.max, shard=args.shard,
-                  seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
-                  data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
-                  trust_pickle=args.trust_pickle, trust_code=args.trust_code, model_options=model_options(args),
-                  heartbeat=args.heartbeat, diffusion=args.diffusion, diffusion_steps=args.diffusion_steps,
-                  diffusion_other_dataset=args.diffusion_other_dataset)
+    kwargs = job_keywords(args)
     dataset = args.dataset
     if args.corruption is None and args.severity is None and (
             dataset is None or not published_release(dataset)):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import typing
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from ..errors import RsmoothError
 from . import catalog
@@ -172,7 +172,10 @@ def add_arch_flags(p: argparse.ArgumentParser, train: bool) -> None:
                           "A run folder of 'rsmooth train' records these; a module:factory it names is "
                           "built only with --arch naming it again or --trust-code"))
     g.add_argument("--arch", metavar="NAME|MODULE:FACTORY",
-                   help="default: " + ("the dataset's usual architecture" if train else "the checkpoint's"))
+                   help="default: " + ("the dataset's usual architecture" if train else "the checkpoint's; also "
+                   "timm:NAME (timm's architecture, the --checkpoint file its weights: pip install 'rsmooth[timm]') "
+                   "or transformers (--checkpoint a save_pretrained image classifier folder: pip install "
+                   "'rsmooth[transformers]'), with --dataset; nothing is downloaded"))
     g.add_argument("--arch-kwargs", type=_json_object, metavar="JSON",
                    help="keyword arguments of a module:factory, a JSON object, e.g. '{\"width\": 64}' "
                    "(default: none)")

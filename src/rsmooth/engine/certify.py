@@ -42,7 +42,7 @@ from ..smoothing.sequential import (CONFIDENCE_SEQUENCE, FUTILITY, SequentialCer
 from . import distributed
 from .checkpoint import (LoadedModel, file_sha256, git_commit, load_model, resolve_checkpoint_path,
                          resolve_device, versions)
-from .diffusion import log_diffusion, with_diffusion
+from .diffusion import check_compilable, log_diffusion, with_diffusion
 from ..seeding import generator, validate_seed
 from .seqfile import SEQUENTIAL_MODES, SeqWriter, adopt_legacy, seq_rows, sequential_path, write_seq_rows
 from .sessions import past_sessions, session
@@ -109,6 +109,9 @@ class CertifyJob:
     diffusion: Optional[str] = None  # a diffusion denoiser in front of the model (engine/diffusion.py)
     diffusion_steps: int = 1  # its reverse steps from t* (1: one-shot)
     diffusion_other_dataset: bool = False  # use a DDPM file that records another dataset
+    diffusion_rounding: str = "up"  # t*: the first step at or above 2 sigma (the authors') or "nearest"
+    diffusion_noise: str = "step"  # D's input at the step's own level (the authors') or at "sigma"
+    classifier_input: Optional[str] = None  # resize/normalise before the classifier (models/adapter.py)
 
     def __post_init__(self) -> None:
         for key, value in {**self._checked_sampling(), **self._checked_run()}.items():
@@ -217,6 +220,9 @@ def run_certification(
     diffusion: Optional[str] = None,
     diffusion_steps: int = 1,
     diffusion_other_dataset: bool = False,
+    diffusion_rounding: str = "up",
+    diffusion_noise: str = "step",
+    classifier_input: Optional[str] = None,
 ) -> Path:
     """Certify (or predict) the ``split`` examples ``start, start+skip, ...``, at most ``max``.
 
@@ -261,7 +267,11 @@ def run_certification(
     ``package.module:factory``) certifies the checkpoint's classifier behind a diffusion denoiser
     run ``diffusion_steps`` reverse steps from the timestep matching sigma
     (:mod:`rsmooth.models.diffusion`, :mod:`rsmooth.engine.diffusion`); a DDPM file that records
-    another dataset than the one certified is refused unless ``diffusion_other_dataset``.
+    another dataset than the one certified is refused unless ``diffusion_other_dataset``;
+    ``diffusion_rounding`` and ``diffusion_noise`` pick t* and the noise D's input carries (the
+    defaults are the authors': :class:`rsmooth.models.diffusion.DiffusionDenoiser`).
+    ``classifier_input`` (``"size=512,mode=bicubic,mean=0.5,std=0.5"``) resizes and normalises
+    what the classifier gets (:func:`rsmooth.models.adapter.parse_classifier_input`).
 
     The keywords are the fields of :class:`CertifyJob`: this is ``CertifyJob(...).run()``.
 
@@ -359,7 +369,11 @@ def resolve(job: CertifyJob) -> Resolved:
     elif job.sequential:
         _warn_small_n_max(job.n_max, job.alpha, noise, job.radii, log)
     model, diffusion = with_diffusion(loaded.model.to(dev), job.diffusion, sigma, loaded.dataset,
-                                      steps=job.diffusion_steps, other_dataset=job.diffusion_other_dataset)
+                                      steps=job.diffusion_steps, other_dataset=job.diffusion_other_dataset,
+                                      rounding=job.diffusion_rounding, noise=job.diffusion_noise,
+                                      classifier_input=job.classifier_input)
+    if job.compile and "diffusion" in diffusion:
+        check_compilable(diffusion, sigma)
     data = get_dataset(loaded.dataset, job.split, data_dir=job.data_dir, corruption=job.corruption,
                        severity=job.severity, corruption_seed=job.corruption_seed,
                        corruption_suite=job.corruption_suite)
@@ -374,7 +388,7 @@ def resolve(job: CertifyJob) -> Resolved:
         emit(f"measured on {dev}: {tuning.batch_size} noisy inputs per forward pass, "
              f"{'channels-last' if tuning.channels_last else 'NCHW'}{'; ' + tuning.note if tuning.note else ''}", log)
     meta = {**_identity(job, loaded, data, smooth, tuning, indices, dev), **diffusion}
-    if diffusion:
+    if "diffusion" in diffusion:
         log_diffusion(diffusion, sigma, log)
     return Resolved(job, world, shard, dev, smooth, procedure, tuning.batch_size, data, indices, meta, log, progress,
                     tuning.rate)

@@ -83,6 +83,8 @@ def resolve_checkpoint_path(path: Union[str, Path]) -> Path:
         raise RsmoothError(f"checkpoint must be a file or folder path (str or pathlib.Path), "
                            f"got {type(path).__name__} {path!r:.60}")
     p = Path(path)
+    if p.is_dir() and not (p / CHECKPOINT_NAME).exists() and (p / "config.json").is_file():
+        return p  # a transformers folder (models/hub.py)
     if p.is_dir():
         p = p / CHECKPOINT_NAME
     if not p.exists():
@@ -261,11 +263,16 @@ def _read_safetensors(p: Path) -> Dict[str, Any]:
 
 
 def file_sha256(path: Union[str, Path]) -> str:
-    """Hex sha256 of a file (recorded with results to identify the checkpoint)."""
+    """Hex sha256 of a file (recorded with results to identify the checkpoint); of a folder (a
+    transformers model), of each file's relative path and bytes in sorted order."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
+    p = Path(path)
+    for f in sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]:
+        if p.is_dir():
+            h.update(f"{f.relative_to(p).as_posix()}\0".encode())
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
     return h.hexdigest()
 
 
@@ -420,7 +427,10 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
             (``.pth.tar``, a state_dict) or a ``.safetensors`` file.
         dataset: the dataset the model was trained on; needed where the file does not record it.
         arch: an architecture name or ``package.module:factory``; needed where the file records
-            none that is built in.
+            none that is built in.  ``timm:NAME`` builds timm's architecture NAME and loads the
+            file's weights (``arch_kwargs`` go to ``timm.create_model``), ``transformers`` loads
+            the ``save_pretrained`` folder ``path`` (:mod:`rsmooth.models.hub`; both need
+            ``dataset``, download nothing and run no code of the file's).
         arch_kwargs: the factory's keyword arguments (JSON-like values only).
         mean: per-channel normalisation means in [0, 1] pixel units, for a file without them.
         std: per-channel normalisation standard deviations in [0, 1] pixel units, as ``mean``.
@@ -439,7 +449,11 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
         smooth = rsmooth.Smooth(loaded.model, loaded.num_classes, loaded.sigma)
         ```
     """
+    from ..models.hub import is_hub_arch
+
     check_arch_kwargs(arch_kwargs)
+    if is_hub_arch(arch):
+        return _load_hub(path, dataset, arch, mean, std, num_classes, arch_kwargs)
     ckpt = read_checkpoint(path, trust_pickle=trust_pickle)
     p = resolve_checkpoint_path(path)
     given = {"arch_kwargs": arch_kwargs, "mean": mean, "std": std, "num_classes": num_classes}
@@ -459,6 +473,22 @@ def load_model(path: Union[str, Path], dataset: Optional[str] = None, arch: Opti
     model = _build(p, name, dataset, ckpt, given, named=arch is not None, hint=hint)
     return LoadedModel(model, name, dataset, num_classes or dataset_info(dataset).num_classes, None, p,
                        {"epoch": ckpt.get("epoch"), "public_arch": ckpt.get("arch")})
+
+
+def _load_hub(path: Union[str, Path], dataset: Optional[str], arch: str, mean: Optional[Sequence[float]],
+              std: Optional[Sequence[float]], num_classes: Optional[int],
+              arch_kwargs: Optional[Mapping[str, Any]]) -> LoadedModel:
+    """load_model of a timm or transformers classifier (:mod:`rsmooth.models.hub`): ``dataset``
+    says what it classifies; nothing is downloaded."""
+    from ..data import dataset_info
+    from ..models.hub import load_hub_classifier
+
+    check(dataset is not None, f"--arch {arch} needs --dataset: the images it classifies")
+    p = resolve_checkpoint_path(path)
+    k = num_classes or dataset_info(dataset).num_classes
+    weights = read_checkpoint(p) if arch.startswith("timm:") else None
+    model = load_hub_classifier(arch, str(p), k, weights=weights, arch_kwargs=arch_kwargs, mean=mean, std=std)
+    return LoadedModel(model, arch, dataset, k, None, p, {"mean": mean, "std": std})
 
 
 def _load_own(p: Path, ckpt: Dict[str, Any], dataset: Optional[str], arch: Optional[str], given: Dict[str, Any],

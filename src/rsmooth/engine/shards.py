@@ -38,7 +38,8 @@ PathLike = Union[str, Path]
 RUN_IDENTITY = ("mode", "dataset", "corruption", "split", "noise", "sigma", "noise_params", "n0", "n", "alpha",
                 "start", "skip", "max", "seed", "checkpoint_sha256", "precision",
                 "radii", "n_max", "radius_tol", "futility", "confidence_sequence",  # these five: sequential modes
-                "diffusion", "diffusion_sha256", "diffusion_t", "diffusion_steps")  # these: engine/diffusion.py
+                "diffusion", "diffusion_sha256", "diffusion_t", "diffusion_steps", "diffusion_noise",
+                "diffusion_timestep_scale", "classifier_input")  # these: engine/diffusion.py
 #: the value of an identity field that sidecars written before it existed lack
 _IDENTITY_DEFAULTS = {"start": 0, "corruption": None, "noise": "gaussian"}
 #: sidecar fields of a certify shard that the merged file does not have

@@ -7,20 +7,29 @@ certifies f(D(x + delta)) as it certifies any base classifier (Cohen et al. 2019
 What is done to a noisy input x + delta ([0, 1] pixels, delta ~ N(0, sigma^2 I)):
 
 1. the diffusion model works in [-1, 1], so 2(x + delta) - 1 = (2x - 1) + 2 delta carries noise of
-   standard deviation **2 sigma**; the timestep t* is the schedule step whose noise-to-signal ratio
-   sqrt((1 - abar_t) / abar_t) is nearest to 2 sigma (``rounding="up"``: the first step at or above
-   it, as the authors' ``certify.py`` picks it); the realised sigma is half that step's ratio;
-2. x_t* = sqrt(abar_t*) (2(x + delta) - 1), which is the forward process's x_t* up to the
-   difference between 2 sigma and the step's ratio;
+   standard deviation **2 sigma**; the timestep t* is the first schedule step whose noise-to-signal
+   ratio sqrt((1 - abar_t) / abar_t) is at or above 2 sigma (``rounding="up"``, the default: the
+   authors' ``certify.py``, ``while real_sigma < 2 sigma: t += 1``) or the nearest one
+   (``rounding="nearest"``); the realised sigma s' is half that step's ratio;
+2. ``noise="step"`` (the default, the authors' ``q_sample``): the input is topped up with
+   independent noise of std sqrt(s'^2 - sigma^2), so that it carries noise at the step's own level
+   s' >= sigma, exactly as the forward process would put it there; ``noise="sigma"``: nothing is
+   added (the input carries exactly sigma); then x_t* = sqrt(abar_t*) (2(x + delta') - 1);
 3. one-shot (default): x0_hat = (x_t* - sqrt(1 - abar_t*) eps(x_t*, t*)) / sqrt(abar_t*), clamped to
    [-1, 1] (``clip_denoised=True`` in the authors' code) and returned as (x0_hat + 1) / 2 in [0, 1];
    ``steps > 1``: the DDPM reverse process from t* to 0 over ``steps`` evenly spaced timesteps, each
    step's x0_hat clamped, sampling x_s' ~ q(x_s' | x_s, x0_hat) with the posterior variance (Ho et
    al. 2020 eq. 7), ``steps = t* + 1`` being the full chain of the paper's appendix.
 
-The certificate does not depend on these choices: the noise is Smooth's delta at exactly sigma,
-and D is part of the base classifier.  (The authors' code instead lets the diffusion's forward
-process add noise at the step's level, at least 2 sigma, which is why it rounds up.)
+What is certified (both choices are sound at the nominal sigma): Smooth adds delta ~ N(0, sigma^2)
+and D is part of the base classifier, so Cohen et al.'s radius sigma Phi^-1(p_A) holds for any D.
+With ``noise="step"`` the top-up draws are seeded by the noisy copy's bytes, so D is still a
+deterministic function of x + delta and the radius at sigma is exact; read as the authors' model
+(total noise N(0, s'^2), s' >= sigma), the same counts certify s' Phi^-1(p_A) >= sigma Phi^-1(p_A),
+so reporting the nominal sigma's radius, as the authors' ``core.py`` does, is conservative by the
+factor sigma / s'.  A step below sigma (``rounding="nearest"``) cannot be reached by adding noise,
+and the authors' noise at such a level would make the nominal radius unsound (it would need the
+realised s' < sigma), so ``noise="step"`` with a step below sigma is refused.
 
 Models come as ``eps(x_t, t)`` networks: a ``diffusers`` ``UNet2DModel`` + ``DDPMScheduler`` folder
 or cached hub id, rsmooth's own DDPM file (:mod:`rsmooth.models.unet`), or a user's
@@ -41,8 +50,10 @@ from torch import nn
 from ..errors import RsmoothError, check, first_line
 from .unet import check_schedule, load_ddpm
 
-#: how t* is picked when no schedule step matches 2 sigma exactly
-ROUNDINGS = ("nearest", "up")
+#: how t* is picked when no schedule step matches 2 sigma exactly ("up": the authors')
+ROUNDINGS = ("up", "nearest")
+#: the noise level D's input carries: the step's own ("step", the authors' q_sample) or sigma's
+DIFFUSION_NOISES = ("step", "sigma")
 #: how far the realised sigma may be from sigma, as a factor either way: the schedules of the
 #: paper's models (linear 1000 steps, cosine 4000) match sigma 0.05 to 1 within 2%, a coarse
 #: one (50 steps) within 45%; a step further off denoises noise of another level than the input has
@@ -55,10 +66,10 @@ def noise_ratios(alphas_cumprod: torch.Tensor) -> torch.Tensor:
     return ((1 - a) / a).sqrt()
 
 
-def choose_timestep(alphas_cumprod: torch.Tensor, sigma: float, rounding: str = "nearest") -> Tuple[int, float]:
+def choose_timestep(alphas_cumprod: torch.Tensor, sigma: float, rounding: str = "up") -> Tuple[int, float]:
     """(t*, realised sigma): the step whose ratio sqrt((1 - abar_t)/abar_t) matches 2 sigma (Carlini
-    et al. 2023, arXiv 2206.10550, Algorithm 1: the [-1, 1] scaling doubles sigma), the nearest one
-    or (``rounding="up"``) the first at or above it; the realised sigma is that ratio / 2 in [0, 1]
+    et al. 2023, arXiv 2206.10550, Algorithm 1: the [-1, 1] scaling doubles sigma), the first at or
+    above it (``rounding="up"``, the authors' ``certify.py``) or the nearest one; the realised sigma is that ratio / 2 in [0, 1]
     pixel units.  A schedule whose noise never reaches 2 sigma, or whose chosen step's realised sigma
     is more than :data:`LEVEL_FACTOR` from sigma either way, is a one-line error (``alphas_cumprod``
     as :func:`~rsmooth.models.unet.check_schedule` checks it)."""
@@ -97,17 +108,30 @@ class EpsilonModel(nn.Module):
 
     ``kind``: ``"plain"`` calls ``net(x_t, t)`` (with ``y=`` for a class label: OpenAI
     improved/guided-diffusion), ``"diffusers"`` calls ``net(x_t, t, class_labels=...).sample``.
+    ``timestep_scale``: the network gets t * scale (float32) instead of the integer t, as
+    improved-diffusion's ``rescale_timesteps`` calls a 4,000-step model with t * 1000 / 4000
+    (Nichol & Dhariwal 2021, ``gaussian_diffusion._scale_timesteps``); 1: the integer t.
     An output of 2C channels is a learned-variance model's [epsilon, variance] (Nichol & Dhariwal
     2021, Improved Denoising Diffusion Probabilistic Models, arXiv 2102.09672): its first C are
     kept.  Any other channel count is a one-line error."""
 
-    def __init__(self, net: nn.Module, kind: str = "plain", class_label: Optional[int] = None) -> None:
+    def __init__(self, net: nn.Module, kind: str = "plain", class_label: Optional[int] = None,
+                 timestep_scale: float = 1.0) -> None:
         super().__init__()
+        check(isinstance(timestep_scale, (int, float)) and not isinstance(timestep_scale, bool)
+              and math.isfinite(timestep_scale) and timestep_scale > 0,
+              f"the diffusion model's timestep_scale must be a positive number (1000 / T for improved-diffusion's "
+              f"rescale_timesteps), got {timestep_scale!r}")
         self.net, self.kind, self.class_label = net, kind, class_label
+        self.timestep_scale = float(timestep_scale)
 
     def forward(self, x: torch.Tensor, t: int) -> torch.Tensor:
-        ts = torch.full((x.shape[0],), t, dtype=torch.long, device=x.device)
-        y = None if self.class_label is None else torch.full_like(ts, self.class_label)
+        if self.timestep_scale == 1.0:
+            ts = torch.full((x.shape[0],), t, dtype=torch.long, device=x.device)
+        else:
+            ts = torch.full((x.shape[0],), float(t), dtype=torch.float32, device=x.device) * self.timestep_scale
+        y = None if self.class_label is None else torch.full((x.shape[0],), self.class_label, dtype=torch.long,
+                                                                device=x.device)
         if self.kind == "diffusers":
             out = self.net(x, ts, class_labels=y).sample
         else:
@@ -124,23 +148,33 @@ class DiffusionDenoiser(nn.Module):
     """D(x + delta): [B, C, H, W] noisy [0, 1] pixels -> [B, C, H, W] denoised [0, 1] pixels, for
     smoothing noise sigma (pixel units) and an epsilon model with its ``alphas_cumprod`` [T].
 
-    See the module docstring for exactly what is done to the input.  ``steps`` = 1 is the
-    one-shot estimate (one UNet pass per noisy copy); more run the reverse process from t* (one pass
-    each), whose noise for each noisy copy is drawn from a generator seeded by that copy's bytes, so
-    a copy is denoised the same way in any batch (certificates stay reproducible and independent of
-    batch size, packing and sharding).
-    ``info`` records t*, the realised sigma, the steps and the rounding."""
+    See the module docstring for exactly what is done to the input.  ``rounding`` picks t*
+    (``"up"``: the first step at or above 2 sigma, the authors'), ``noise`` the level the input is
+    denoised at (``"step"``: topped up to the step's own level, the authors'; ``"sigma"``: as it
+    is).  ``steps`` = 1 is the one-shot estimate (one UNet pass per noisy copy); more run the
+    reverse process from t* (one pass each).  The top-up and the reverse process's noise for each
+    noisy copy are drawn from a generator seeded by that copy's bytes, so a copy is denoised the
+    same way in any batch (certificates stay reproducible and independent of batch size, packing
+    and sharding); those seeded draws do not export (``torch.export``, ``Smooth(compile=True)``):
+    only ``noise="sigma"`` with one step does.  ``info`` records t*, the realised sigma, the steps,
+    the rounding and the noise."""
 
     def __init__(self, eps_model: nn.Module, alphas_cumprod: Sequence[float], sigma: float, steps: int = 1,
-                 rounding: str = "nearest") -> None:
+                 rounding: str = "up", noise: str = "step") -> None:
         super().__init__()
+        check(noise in DIFFUSION_NOISES, f"the diffusion noise must be one of {', '.join(DIFFUSION_NOISES)} "
+                                         f"(the step's own level, as the authors add it, or exactly sigma), got {noise!r}")
         self.eps_model = eps_model
         self.abar = check_schedule(alphas_cumprod)
         self._abar = self.abar.tolist()  # Python floats: the arithmetic traces to constants (--compile)
         self.t_star, self.realised_sigma = choose_timestep(self.abar, sigma, rounding)
         self.timesteps = reverse_timesteps(self.t_star, steps)
+        self.top_up = top_up_std(self.realised_sigma, sigma, self.t_star) if noise == "step" else 0.0
         self.info: Dict[str, Any] = {"t": self.t_star, "realised_sigma": self.realised_sigma, "steps": steps,
-                                     "rounding": rounding, "schedule_steps": len(self.abar)}
+                                     "rounding": rounding, "noise": noise, "schedule_steps": len(self.abar)}
+        scale = getattr(eps_model, "timestep_scale", 1.0)
+        if scale != 1.0:
+            self.info["timestep_scale"] = scale
 
     def x0_hat(self, x_t: torch.Tensor, t: int) -> torch.Tensor:
         """(x_t - sqrt(1 - abar_t) eps(x_t, t)) / sqrt(abar_t), clamped to [-1, 1]."""
@@ -158,19 +192,35 @@ class DiffusionDenoiser(nn.Module):
         c0 = math.sqrt(as_) * beta / (1 - at)
         ct = math.sqrt(at / as_) * (1 - as_) / (1 - at)
         std = math.sqrt(beta * (1 - as_) / (1 - at))
-        noise = torch.stack([torch.randn(x_t.shape[1:], generator=g, device=x_t.device, dtype=x_t.dtype)
-                             for g in gens])
-        return c0 * x0 + ct * x_t + std * noise
+        return c0 * x0 + ct * x_t + std * row_noise(x_t, gens)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         taus = self.timesteps
+        gens = _row_generators(x) if len(taus) > 1 or self.top_up > 0 else []
+        if self.top_up > 0:
+            x = x + self.top_up * row_noise(x, gens)
         x_t = math.sqrt(self._abar[taus[0]]) * (2 * x - 1)
-        gens = _row_generators(x) if len(taus) > 1 else []
         for i, t in enumerate(taus):
             x0 = self.x0_hat(x_t, t)
             if i + 1 < len(taus):
                 x_t = self.posterior_step(x_t, x0, t, taus[i + 1], gens)
         return (x0 + 1) / 2
+
+
+def top_up_std(realised: float, sigma: float, t: int) -> float:
+    """sqrt(s'^2 - sigma^2): the std of the noise that brings an input carrying sigma to the step's
+    level s' (0 when they agree to float rounding); a step below sigma is a one-line error (the
+    nominal radius would be unsound at the authors' noise, and noise cannot be taken away)."""
+    check(realised >= sigma * (1 - 1e-9), f"diffusion noise at the step's level: step t* = {t} is at sigma "
+          f"{realised:.6g}, below the certified sigma {sigma:g}, so the radius at sigma would not hold; pick the "
+          f"first step at or above it (--diffusion-rounding up, the default) or denoise at sigma "
+          f"(--diffusion-noise sigma)")
+    return math.sqrt(max(realised ** 2 - sigma ** 2, 0.0))
+
+
+def row_noise(x: torch.Tensor, gens: Sequence[torch.Generator]) -> torch.Tensor:
+    """Standard normal noise of x's shape, row i drawn from ``gens[i]``."""
+    return torch.stack([torch.randn(x.shape[1:], generator=g, device=x.device, dtype=x.dtype) for g in gens])
 
 
 def _row_generators(x: torch.Tensor) -> List[torch.Generator]:
@@ -187,25 +237,36 @@ def _row_generators(x: torch.Tensor) -> List[torch.Generator]:
 
 # -- loading ------------------------------------------------------------------------------------
 
-def load_diffusion(spec: str, *, class_label: Optional[int] = None) -> Tuple[EpsilonModel, torch.Tensor, Dict[str, Any]]:
+def load_diffusion(spec: str, *, class_label: Optional[int] = None, timestep_scale: Optional[float] = None
+                   ) -> Tuple[EpsilonModel, torch.Tensor, Dict[str, Any]]:
     """(epsilon model in eval mode, alphas_cumprod [T], what to record) of ``spec``: rsmooth's DDPM
-    file, a ``package.module:factory`` returning ``(model, alphas_cumprod)`` or ``(model,
-    alphas_cumprod, {"prediction_type": ...})``, or a diffusers ``UNet2DModel`` + ``DDPMScheduler``
+    file, OpenAI's checkpoint as the authors build it (``PRESET=FILE``,
+    :mod:`rsmooth.models.openai_diffusion`), a ``package.module:factory`` returning ``(model, alphas_cumprod)`` or ``(model,
+    alphas_cumprod, options)`` (options: ``prediction_type``, ``timestep_scale`` or
+    improved-diffusion's ``rescale_timesteps=True``, i.e. t * 1000 / T), or a diffusers ``UNet2DModel`` + ``DDPMScheduler``
     folder (both in it, or in ``unet/`` and ``scheduler/`` as a saved pipeline) or cached hub id.
     The caller names ``spec`` (a flag, an argument: never a file's record), so a factory is the
     user's choice (:mod:`rsmooth.trust`); :func:`rsmooth.engine.diffusion.with_diffusion` says so to
     the gate."""
-    check(not _missing_path(spec), f"--diffusion {spec}: no such file or folder (a diffusers hub id is org/name, "
-                                   f"without a file suffix)")
+    from .openai_diffusion import is_preset, load_openai
+
+    check(is_preset(spec) or not _missing_path(spec), f"--diffusion {spec}: no such file or folder (a diffusers "
+                                                      f"hub id is org/name, without a file suffix)")
     record: Dict[str, Any] = {"diffusion": spec}
-    if os.path.isfile(spec):
+    options: Dict[str, Any] = {}
+    if is_preset(spec):
+        net, abar, options = load_openai(spec)
+        record["diffusion_format"] = "openai"
+        kind, prediction = "plain", "epsilon"
+    elif os.path.isfile(spec):
         net, abar, blob = load_ddpm(spec)
         record["diffusion_format"] = "rsmooth-ddpm"
         if isinstance(blob.get("dataset"), str):
             record["diffusion_dataset"] = blob["dataset"]
         kind, prediction = "plain", "epsilon"
     elif ":" in spec and not os.path.isdir(spec):
-        net, abar, prediction = _from_factory(spec)
+        net, abar, options = _from_factory(spec)
+        prediction = options.get("prediction_type", "epsilon")
         record["diffusion_format"] = "factory"
         kind = "plain"
     else:
@@ -219,7 +280,17 @@ def load_diffusion(spec: str, *, class_label: Optional[int] = None) -> Tuple[Eps
     if class_label is not None:
         record["diffusion_class_label"] = class_label
     abar = check_schedule(abar, f"--diffusion {spec}: its alphas_cumprod")
-    return EpsilonModel(net.eval(), kind, class_label), abar, record
+    scale = _timestep_scale(spec, options, len(abar)) if timestep_scale is None else timestep_scale
+    return EpsilonModel(net.eval(), kind, class_label, scale), abar, record
+
+
+def _timestep_scale(spec: str, options: Dict[str, Any], steps: int) -> float:
+    """The factory's ``timestep_scale``, or 1000 / T for ``rescale_timesteps=True``, else 1."""
+    check(not {"timestep_scale", "rescale_timesteps"} <= set(options), f"--diffusion {spec}: give timestep_scale "
+          f"or rescale_timesteps, not both")
+    if options.get("rescale_timesteps"):
+        return 1000.0 / steps
+    return options.get("timestep_scale", 1.0)
 
 
 #: what a path to a model file ends with (a hub id has no such suffix)
@@ -236,7 +307,7 @@ def _missing_path(spec: str) -> bool:
             or os.path.splitext(spec)[1].lower() in _FILE_SUFFIXES)
 
 
-def _from_factory(spec: str) -> Tuple[nn.Module, Any, str]:
+def _from_factory(spec: str) -> Tuple[nn.Module, Any, Dict[str, Any]]:
     from .factory import _import_factory
 
     try:
@@ -250,7 +321,10 @@ def _from_factory(spec: str) -> Tuple[nn.Module, Any, str]:
           f"got {type(out).__name__}")
     options = out[2] if len(out) == 3 else {}
     check(isinstance(options, dict), f"--diffusion {spec}: its third value must be a dict of options")
-    return out[0], out[1], options.get("prediction_type", "epsilon")
+    unknown = set(options) - {"prediction_type", "timestep_scale", "rescale_timesteps"}
+    check(not unknown, f"--diffusion {spec}: unknown option(s) {', '.join(sorted(unknown))}; a factory's options are "
+          f"prediction_type, timestep_scale and rescale_timesteps")
+    return out[0], out[1], options
 
 
 def _from_diffusers(spec: str) -> Tuple[nn.Module, torch.Tensor, str, bool]:
@@ -282,9 +356,9 @@ def _from_pretrained(cls: Any, spec: str, subfolder: str) -> Any:
 
 
 def diffusion_classifier(classifier: nn.Module, diffusion: str, sigma: float, *, steps: int = 1,
-                         rounding: str = "nearest", class_label: Optional[int] = None,
-                         dataset: Optional[str] = None, other_dataset: bool = False
-                         ) -> Tuple[nn.Module, Dict[str, Any]]:
+                         rounding: str = "up", noise: str = "step", class_label: Optional[int] = None,
+                         timestep_scale: Optional[float] = None, dataset: Optional[str] = None,
+                         other_dataset: bool = False) -> Tuple[nn.Module, Dict[str, Any]]:
     """(f(D(x)) as ``nn.Sequential(D, f)`` for :class:`~rsmooth.smoothing.Smooth`, what to record):
     ``classifier`` f takes [0, 1] pixels [B, C, H, W] (any model rsmooth loads), D is
     :class:`DiffusionDenoiser` of the model ``diffusion`` names (:func:`load_diffusion`) at
@@ -296,8 +370,14 @@ def diffusion_classifier(classifier: nn.Module, diffusion: str, sigma: float, *,
             ``package.module:factory``.
         sigma: the smoothing noise, in [0, 1] pixel units.
         steps: reverse steps from t* (1: one-shot denoising).
-        rounding: t* nearest to 2 sigma (``"nearest"``) or the first at or above it (``"up"``).
+        rounding: t* the first step at or above 2 sigma (``"up"``, the authors') or the nearest
+            (``"nearest"``).
+        noise: the input denoised at the step's own level (``"step"``, the authors' ``q_sample``:
+            topped up from sigma) or at exactly sigma (``"sigma"``); see the module docstring for
+            what each certifies.
         class_label: the label of a class-conditional model.
+        timestep_scale: the network gets t * timestep_scale (0.25 for improved-diffusion's
+            4,000-step models); default: the factory's option, else 1 (the integer t).
         dataset: the images certified: a DDPM file that records another dataset is refused
             unless ``other_dataset`` (a denoiser of other images makes the certificate true but
             the accuracy meaningless), and D must take one image of that dataset's shape.
@@ -313,8 +393,8 @@ def diffusion_classifier(classifier: nn.Module, diffusion: str, sigma: float, *,
         smooth = Smooth(model, num_classes=10, sigma=0.5)
         ```
     """
-    eps, abar, record = load_diffusion(diffusion, class_label=class_label)
-    denoiser = DiffusionDenoiser(eps, abar, sigma, steps, rounding)
+    eps, abar, record = load_diffusion(diffusion, class_label=class_label, timestep_scale=timestep_scale)
+    denoiser = DiffusionDenoiser(eps, abar, sigma, steps, rounding, noise)
     denoiser.to(_device_of(classifier))
     if dataset is not None:
         _check_dataset(diffusion, record.get("diffusion_dataset"), dataset, other_dataset)

@@ -21,6 +21,7 @@ from .plan import Step, commands, plan
 from .run import RunStep, run_steps
 from .render import render
 from .spec import BUDGETS, TABLES, Budget, Row, TableSpec, get_table, parse_budget, select
+from . import released  # noqa: F401  (registers the tables of released models)
 
 __all__ = ["BUDGETS", "TABLES", "Budget", "Row", "Step", "TableSpec", "get_table", "list_tables", "parse_budget",
            "plan", "reproduce"]
@@ -39,8 +40,11 @@ def list_tables(budget: str = "small") -> str:
         targets = any(needs_targets(r) for r in spec.rows)
         sigmas = sorted({r.sigma for r in spec.rows})
         seeds = list(range(spec.published_seeds))
-        out.append(f"{table_id}: {spec.title}\n    trains {len(spec.rows)} models per seed "
-                   f"({len({r.method for r in spec.rows})} methods, sigma {', '.join(f'{s:g}' for s in sigmas)})"
+        trained = [r for r in spec.rows if not r.released]
+        at = f"sigma {', '.join(f'{s:g}' for s in sigmas)}"
+        what = (f"trains {len(trained)} models per seed ({len({r.method for r in trained})} methods, {at})" if trained
+                else f"certifies {len(spec.rows)} released models at {at} (no training; their files under OUT/weights)")
+        out.append(f"{table_id}: {spec.title}\n    {what}"
                    + (" + the sigma0 = 0.25 Gaussian model's consistency targets" if targets else "")
                    + f"; data: {', '.join(spec.datasets)}"
                    + (f"; not reproduced: {len(spec.not_reproduced)} printed rows" if spec.not_reproduced else "")

@@ -29,6 +29,11 @@ ASSUMED_THROUGHPUT: Dict[str, Tuple[float, float]] = {
     "cifar_resnet110": (4_000, 12_000),
     "cifar_densenet40": (3_000, 9_000),
     "resnet50": (1_000, 3_000),
+    # Carlini et al. 2023's pipelines, one forward pass = a diffusion UNet pass + the classifier's
+    # (not trained: the training figure repeats the forward one): guided-diffusion 256x256 + BEiT-large
+    # at 512, improved-diffusion CIFAR-10 + ViT-B/16 at 224 (docs/guide/diffusion-denoised-smoothing.md)
+    "guided-diffusion-256+beit-large-512": (20, 20),
+    "improved-diffusion-cifar10+vit-b16-224": (2_000, 2_000),
 }
 
 
@@ -151,7 +156,8 @@ def step_passes(steps: Sequence[Any]) -> List[Tuple[Any, str, float, str]]:
             out.append((step, "train", c.epochs * size * train_passes(c.method, c.hparams), c.arch))
             trained[step.out] = (c.dataset, c.arch)
             continue
-        dataset, arch = trained[step.deps[0]]  # the model certified, or whose targets these are
+        # the model certified, or whose targets these are (a released model's: in the step's settings)
+        dataset, arch = trained[step.deps[0]] if step.deps else (s["dataset"], s["arch"])
         if step.kind == "targets":
             size = s["train_subset"] or split_size(dataset, "train")
             out.append((step, "targets", size * s["num_samples"], arch))

@@ -48,6 +48,8 @@ def needs_targets(row: Row) -> bool:
     """Whether ``row``'s method, with its preset and printed hyperparameters, reads consistency targets."""
     from ..methods import create_method
 
+    if row.released:
+        return False
     hp = {**preset_config(row.dataset, row.method, row.sigma)[1].get("hparams", {}), **row.hparams}
     return "targets" in create_method(row.method, **hp).requires
 
@@ -144,6 +146,9 @@ def plan(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path, *, da
 
     for seed in seeds:
         for row in spec.rows:
+            if row.released:
+                add(released_certify(row, spec, budget, seed, out, common))
+                continue
             targets = None
             if needs_targets(row):
                 base = train(Row(row.dataset, "gaussian", SIGMA0, "Gaussian"), seed)
@@ -164,6 +169,19 @@ def plan(spec: TableSpec, budget: Budget, seeds: Sequence[int], out: Path, *, da
             add(Step("certify", f"certify {row.dataset} {row.key} seed {seed}", argv, tsv, [ckpt], 3,
                      {"n0": p["n0"], "n": p["n"], "skip": p["skip"], "max": p.get("max") or None, "start": 0}))
     return sorted(steps.values(), key=lambda s: s.stage)
+
+
+def released_certify(row: Row, spec: TableSpec, budget: Budget, seed: int, out: Path, common: List[str]) -> Step:
+    """The certify step of a released model (``row.released``: no training), its files under OUT/weights."""
+    p = budget_protocol(spec.protocol(row.dataset), budget)
+    tsv = out / "runs" / row.dataset / row.key / f"seed{seed}" / "certify.tsv"
+    flags = [a.replace("{weights}", str(out / "weights")) for a in row.released]
+    argv = ["certify", *flags, "--sigma", f"{row.sigma:g}", "--n0", str(p["n0"]), "--n", str(p["n"]),
+            "--alpha", f"{p['alpha']:g}", "--skip", str(p["skip"]), *(["--max", str(p["max"])] if p.get("max") else []),
+            "--seed", str(seed), *common, "--out", str(tsv)]
+    return Step("certify", f"certify {row.dataset} {row.key} seed {seed}", argv, tsv, [], 3,
+                {"n0": p["n0"], "n": p["n"], "skip": p["skip"], "max": p.get("max") or None, "start": 0,
+                 "dataset": row.dataset, "arch": row.cost_arch})
 
 
 def done(step: Step) -> bool:

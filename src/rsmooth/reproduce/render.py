@@ -136,7 +136,9 @@ def _schedule_note(spec: TableSpec, budget: Budget) -> str:
     from .spec import scaled
 
     epochs = sorted({TrainConfig(**preset_config(r.dataset, r.method, r.sigma)[1]).resolved().epochs
-                     for r in spec.rows})
+                     for r in spec.rows if not r.released})
+    if not epochs:
+        return "no training: released models"
     return ", ".join(f"{e} -> {scaled(e, budget.epochs)}" for e in epochs)
 
 

@@ -35,6 +35,10 @@ class Row:
     label: str  # the row's name as printed ("Gaussian", "Consistency (lambda=20)")
     hparams: Dict[str, Any] = field(default_factory=dict)
     paper: Any = None
+    #: a released model certified as it is (no training): its ``rsmooth certify`` flags besides the
+    #: protocol's, ``{weights}`` standing for OUT/weights, where the user puts its files
+    released: Tuple[str, ...] = ()
+    cost_arch: str = ""  # what the cost estimate assumes per forward pass (reproduce/cost.py)
 
     @property
     def key(self) -> str:
