@@ -89,6 +89,11 @@ def test_sound_noise_reports_none(tmp_path):
     c, r = smooth.certify(x0, 100, 10_000, 0.001, 1000, generator=torch.Generator().manual_seed(0))
     summary, checks = audit_points(smooth, [x0], [x1], [c], [r], n=10_000, alpha=0.001, alpha_certify=0.001)
     assert summary.counterexamples == 0 and not checks[0].counterexample
+    # the float construction's own x1 (off the grid): the sound certificate speaks of 8-bit images,
+    # so the audit checks the 8-bit image nearest it, where the smoothed classifier says A
+    _, x1 = _points()
+    summary, checks = audit_points(smooth, [x0], [x1], [c], [r], n=10_000, alpha=0.001, alpha_certify=0.001)
+    assert summary.counterexamples == 0 and checks[0].predict == c and not checks[0].counterexample
 
 
 @pytest.mark.parametrize("m, k, checks", [(500, 0, 2), (500, 3, 2), (40, 1, 1), (1, 1, 1)])

@@ -75,9 +75,12 @@ class PointCheck:
 def check_point(smooth: Smooth, x: torch.Tensor, point: torch.Tensor, idx: int, certified: int, radius: float, *,
                 n: int, alpha: float, batch_size: int, gen: Optional[torch.Generator]) -> PointCheck:
     """PREDICT (n, alpha) at ``point`` [C, H, W] for the image ``x`` certified as ``certified`` at ``radius``.
-    The norm is computed in float64 from the two float32 tensors as they are."""
+    The point is first moved to the nearest input the noise certifies (``Noise.nearest_input``: the
+    8-bit image for the sound Gaussian, whose certificates speak of 8-bit images only); the norm is
+    computed in float64 from the two float32 tensors as they are then."""
     check(point.shape == x.shape, f"a point for image {idx} has shape {tuple(point.shape)}, the image "
                                   f"{tuple(x.shape)}")
+    point = smooth.noise.nearest_input(point)
     norm = float((point.double() - x.double()).flatten().norm())
     pred, votes = predict_votes(smooth, point, n, alpha, batch_size, gen)
     return PointCheck(int(idx), int(certified), float(radius), norm, int(pred), [int(v) for v in votes])

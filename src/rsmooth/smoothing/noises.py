@@ -70,6 +70,11 @@ class Noise:
         """``x`` if this noise can certify it, else a one-line error saying how to fix it."""
         return x
 
+    def nearest_input(self, x: torch.Tensor) -> torch.Tensor:
+        """The input nearest ``x`` that this noise's certificates speak about (``x`` itself for most;
+        the 8-bit image for the sound Gaussian): where an audit checks a candidate point."""
+        return x
+
     def params(self) -> Dict[str, Any]:
         """The noise's own parameters besides sigma (none for most)."""
         return {}

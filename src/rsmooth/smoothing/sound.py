@@ -199,6 +199,10 @@ class SoundGaussian(Noise):
                 f"(values a/16) is not 8-bit: use fashion-mnist, mnist or cifar10, or --noise gaussian")
         return x
 
+    def nearest_input(self, x: torch.Tensor) -> torch.Tensor:
+        """The 8-bit image nearest ``x`` (its certificates hold between 8-bit images)."""
+        return torch.round(x.clamp(0, 1) * 255) / 255
+
     def radius(self, p_lower: ArrayLike, p_upper: Optional[ArrayLike] = None) -> ArrayLike:
         return Gaussian(self.sigma).radius(p_lower, p_upper)  # Cohen's, for the base classifier h
 
