@@ -7,7 +7,7 @@
   and Sizes, arXiv 2002.08118, Table 1 and rs4a's ``Uniform.certify_l1``).
 - ``laplace``: i.i.d. Laplace(0, lambda) with lambda = sigma / sqrt(2); l1 radius
   -lambda log(2 (1 - p_A)) one-sided (Teng, Lee & Yuan 2020, l1 Adversarial Robustness
-  Certificates: a Randomized Smoothing Approach, OpenReview H1lQIgrFDS; Yang et al. 2020,
+  Certificates: a Randomized Smoothing Approach, ICLR 2020 submission on OpenReview; Yang et al. 2020,
   Table 1; rs4a's ``Laplace.certify_l1``).
 
 Both radii are (Q(p_A) - Q(p_B)) / 2 with Q the quantile function of one coordinate's noise,
