@@ -202,3 +202,18 @@ def test_certify_cli_with_uniform_noise_says_l1(tmp_path, capsys):
     assert main(["train", "--dataset", "digits", "--method", "macer", "--noise", "uniform",
                  "--out", str(tmp_path / "m")]) != 0
     assert "macer trains against Gaussian noise only" in capsys.readouterr().err
+
+
+def test_tables_of_l2_files_are_unchanged_and_mixed_norms_are_told():
+    from rsmooth.report.common import FileSummary
+
+    def summary(label, norm):
+        meta = {"sigma": 0.5, **({"norm": norm} if norm else {})}
+        return FileSummary(path=label, label=label, num_examples=10, acr=0.1, certified_accuracy={0.0: 0.5},
+                           sigma=0.5, meta=meta)
+
+    l2 = format_table([summary("old", None), summary("g", "l2")])
+    assert l2.splitlines()[0] == "| model | sigma | examples | ACR | 0.00 |" and "Note" not in l2
+    mixed = format_table([summary("g", "l2"), summary("u", "l1")])
+    assert "| ACR | 0.00 |" in mixed and "different norms (l1: u; l2: g)" in mixed
+    assert radius_label([summary("g", "l2")]) == "radius (l2, [0,1] pixel units)"
