@@ -217,3 +217,16 @@ def test_tables_of_l2_files_are_unchanged_and_mixed_norms_are_told():
     mixed = format_table([summary("g", "l2"), summary("u", "l1")])
     assert "| ACR | 0.00 |" in mixed and "different norms (l1: u; l2: g)" in mixed
     assert radius_label([summary("g", "l2")]) == "radius (l2, [0,1] pixel units)"
+
+
+def test_sequential_with_uniform_noise_never_certifies_beyond_lambda():
+    from rsmooth.smoothing import Decision, Smooth
+
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2))
+    with torch.no_grad():
+        model[1].weight.zero_()
+        model[1].bias.copy_(torch.tensor([5.0, 0.0]))  # always class 0: p_A = 1
+    s = Smooth(model, 2, Uniform(0.5))  # lambda = 0.866
+    cert = s.certify_sequential(torch.rand(1, 2, 2), 10, [0.2, 0.5, 0.9], 0.001, n_max=20000,
+                                generator=torch.Generator().manual_seed(0))
+    assert cert.decisions == (Decision.ROBUST, Decision.ROBUST, Decision.NOT_CERTIFIABLE)
