@@ -32,7 +32,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -43,6 +43,7 @@ from ..methods import Batch, Method, StepContext, create_method
 from ..paths import check_output_dir
 from ..progress import Heartbeat, format_duration, progress_bar
 from ..seeding import derive_seed, generator
+from ..smoothing.noises import Noise, as_noise
 from ..version import __version__
 from .callbacks import CallbackList, as_callbacks
 from .checkpoint import (CHECKPOINT_NAME, FORMAT, atomic_save, git_commit, read_checkpoint,
@@ -62,10 +63,11 @@ class _Interrupted(Exception):
     """The evaluation stopped early (a stop was requested)."""
 
 
-def evaluate(model: nn.Module, dataset, sigma: float, seed: int, batch_size: int = 500,
+def evaluate(model: nn.Module, dataset, sigma: Union[float, Noise], seed: int, batch_size: int = 500,
              device: Optional[torch.device] = None, w: World = World(),
              should_stop: Optional[Callable[[], bool]] = None) -> Dict[str, float]:
-    """Clean accuracy and accuracy under one draw of N(0, sigma^2 I) per test image.
+    """Clean accuracy and accuracy under one draw of the noise per test image: ``sigma``, a
+    :class:`~rsmooth.smoothing.noises.Noise` (the training noise) or a number (N(0, sigma^2 I)).
 
     The noise of each batch is seeded by ``(seed, first index)``; under ``torchrun`` rank r takes
     batches r, r + W, ... and the counts are summed over the ranks, so every rank returns what
@@ -73,6 +75,7 @@ def evaluate(model: nn.Module, dataset, sigma: float, seed: int, batch_size: int
     true the evaluation stops (an internal ``_Interrupted``).
     """
     device = device or next(model.parameters()).device
+    smoothing = as_noise(sigma)
     was_training = model.training
     model.eval()
     counts = torch.zeros(2, dtype=torch.int64, device=device)
@@ -84,8 +87,7 @@ def evaluate(model: nn.Module, dataset, sigma: float, seed: int, batch_size: int
                 idx = torch.arange(start, min(start + batch_size, len(dataset)))
                 x, y = dataset.get_batch(idx)
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                noise = torch.randn(x.shape, generator=generator(seed, "eval", start, device=device),
-                                    device=device).mul_(sigma)
+                noise = smoothing.like(x, StepContext(generator(seed, "eval", start, device=device)))
                 counts[0] += (model(x).argmax(1) == y).sum()
                 counts[1] += (model(x + noise).argmax(1) == y).sum()
     finally:
@@ -322,7 +324,7 @@ def train(
                     distributed.broadcast_buffers(model, w)  # rank 0's batch-norm statistics are the model's
                     if c.evaluates(epoch):
                         try:
-                            record.update(evaluate(scored, test_set, method.sigma, derive_seed(c.seed, epoch),
+                            record.update(evaluate(scored, test_set, method.smoothing_noise, derive_seed(c.seed, epoch),
                                                    c.eval_batch_size, device, w,
                                                    should_stop=control.requested if w.size == 1 else None))
                         except _Interrupted:  # stopped while evaluating: the epoch's steps are saved

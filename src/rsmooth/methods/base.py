@@ -23,6 +23,7 @@ from torch import nn
 
 from ..errors import RsmoothError
 from ..registry import Registry
+from ..smoothing.noises import DEFAULT_NOISE, NOISES, Noise, make_noise
 from ..smoothing.stats import validate_sigma
 
 METHODS: Registry = Registry("training method")
@@ -151,8 +152,13 @@ class Method:
     """Base class: hyperparameters as dataclass fields, documented by ``metadata["help"]``."""
 
     sigma: float = field(default=0.25, metadata={"help": "training noise level (std, [0,1] pixel units)"})
+    noise: str = field(default=DEFAULT_NOISE, metadata={
+        "help": "training noise (certify's default --noise for the model): gaussian (l2 radii), uniform or "
+                "laplace (l1 radii); sigma stays its std per coordinate", "choices": tuple(NOISES.names())})
 
     name: ClassVar[str] = ""
+    #: the method's loss or radius assumes Gaussian noise (an l2 attack, a closed-form Gaussian radius)
+    gaussian_only: ClassVar[bool] = False
     #: per-example extras the method needs from the engine, e.g. ("targets",) for CAT-RS
     requires: ClassVar[Tuple[str, ...]] = ()
 
@@ -163,6 +169,11 @@ class Method:
 
     def __post_init__(self) -> None:
         self.sigma = validate_sigma(self.sigma)
+        make_noise(self.noise, self.sigma)  # an unknown name: one line listing the noises
+        if self.gaussian_only and self.noise != DEFAULT_NOISE:
+            raise RsmoothError(f"{self.name} trains against Gaussian noise only (its attack or radius is l2 and "
+                               f"Gaussian), not --noise {self.noise}: use --noise gaussian, or --method gaussian "
+                               f"or consistency for {self.noise} noise")
         self.validate()
 
     def validate(self) -> None:
@@ -182,9 +193,16 @@ class Method:
         """
         raise NotImplementedError
 
+    @property
+    def smoothing_noise(self) -> Noise:
+        """The training noise (``noise`` at ``sigma``): the :class:`~rsmooth.smoothing.noises.Noise`
+        certify smooths the model with by default."""
+        return make_noise(self.noise, self.sigma)
+
     def noise_like(self, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
-        """Gaussian noise N(0, sigma^2 I) shaped like ``x`` (image-major), drawn by ``ctx``."""
-        return ctx.randn(x.shape, device=x.device, dtype=x.dtype).mul_(self.sigma)
+        """The training noise shaped like ``x`` (image-major), drawn by ``ctx``: N(0, sigma^2 I) for
+        the default Gaussian, ``ctx.randn(x.shape) * sigma``."""
+        return self.smoothing_noise.like(x, ctx)
 
     def hparams(self) -> Dict[str, Any]:
         """The hyperparameters as a plain dict (recorded in checkpoints and logs)."""

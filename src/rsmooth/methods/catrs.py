@@ -145,6 +145,8 @@ def catrs_loss(
 class _CatRSBase(Method):
     """Fields and the per-chunk procedure shared by both versions (not registered)."""
 
+    gaussian_only = True  # Gaussian noise only (an l2 attack, an l2 radius)
+
     num_noise: int = field(default=4, metadata={
         "help": "M: noisy copies of each image per step (and chunks per batch)"})
     num_steps: int = field(default=4, metadata={"help": "T: PGD steps on the noise, of size 2 eps / T"})

@@ -78,6 +78,8 @@ class Macer(Method):
     schedule has no drop (lr_drop_epoch None) keeps lambda = 0 throughout.
     """
 
+    gaussian_only = True  # Gaussian noise only (an l2 attack, an l2 radius)
+
     num_noise: int = field(default=16, metadata={"help": "m (MACER's k): noisy copies of each image per step"})
     lbd: float = field(default=12.0, metadata={"help": "lambda: weight of the regulariser"})
     gamma: float = field(default=8.0, metadata={

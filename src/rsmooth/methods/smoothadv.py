@@ -78,6 +78,8 @@ class SmoothAdv(Method):
     :func:`rsmooth.attacks.ddn_smoothed_input`.
     """
 
+    gaussian_only = True  # Gaussian noise only (an l2 attack, an l2 radius)
+
     num_noise: int = field(default=4, metadata={"help": "m: noisy copies per image"})
     eps: float = field(default=1.0, metadata={
         "help": "attack radius eps, l2 norm in [0,1] pixel units. The reference code's "

@@ -182,6 +182,8 @@ class SmoothMix(Method):
     2021 Tables 8-11 base row).
     """
 
+    gaussian_only = True  # Gaussian noise only (an l2 attack, an l2 radius)
+
     num_noise: int = field(default=4, metadata={"help": "noises m per image, shared by the adversary and the loss; "
                                                         "chunks per batch (SmoothMix: 4 MNIST, 2 CIFAR-10)"})
     num_steps: int = field(default=8, metadata={"help": "attack steps T"})

@@ -70,6 +70,12 @@ class FileSummary:
         """certify, predict, sequential or adaptive, as the sidecar records it (None without one)."""
         return (self.meta or {}).get("mode")
 
+    @property
+    def norm(self) -> str:
+        """The norm of the radii: the sidecar's ``norm`` ("l1" for uniform or Laplace noise), "l2"
+        for a file without one (Gaussian noise)."""
+        return str((self.meta or {}).get("norm") or "l2")
+
     def decides(self, radius: float) -> bool:
         """Whether the run measured the certified accuracy at ``radius`` (:func:`decides`).
 
@@ -86,14 +92,14 @@ class FileSummary:
         """One plain record (with ``pip install pandas``, ``pandas.DataFrame([s.to_dict() for s in summaries])`` works).
 
         Returns:
-            a flat dict: label, path, mode, dataset, method, sigma, n0, n, n_max, alpha (sidecar;
+            a flat dict: label, path, mode, dataset, method, sigma, norm (of the radii), n0, n, n_max, alpha (sidecar;
             None where unknown), examples (done), examples_planned, complete, acr, then
             ``acc@<r>`` (fraction in [0, 1], None where the run did not decide r) and, with
             ``ci``, ``acc@<r>_lo/_hi/_hp``.
         """
         meta = self.meta or {}
         record = {"label": self.label, "path": self.path, "mode": self.mode,
-                  **{k: meta.get(k) for k in ("dataset", "method")}, "sigma": self.sigma,
+                  **{k: meta.get(k) for k in ("dataset", "method")}, "sigma": self.sigma, "norm": self.norm,
                   **{k: meta.get(k) for k in ("n0", "n", "n_max", "alpha")},
                   "examples": int(self.num_examples), "examples_planned": self.examples_planned,
                   "complete": self.complete, "acr": float(self.acr)}
@@ -102,6 +108,24 @@ class FileSummary:
         for r, b in (self.ci or {}).items():
             record.update({f"acc@{r:g}_lo": b.lo, f"acc@{r:g}_hi": b.hi, f"acc@{r:g}_hp": b.hp})
         return record
+
+
+def norm_label(summaries: Sequence[FileSummary]) -> str:
+    """The norm the summaries' radii share ("l2", "l1"), or "l1 and l2" when they differ."""
+    norms = sorted({s.norm for s in summaries})
+    return " and ".join(norms) if norms else "l2"
+
+
+def norm_note(summaries: Sequence[FileSummary]) -> List[str]:
+    """A table's note on its radii when they are not all l2: which norm, or which file has which."""
+    norms = {s.norm for s in summaries}
+    if norms <= {"l2"}:
+        return []
+    if len(norms) == 1:
+        return [f"radii are {norms.pop()} norms of the perturbation ([0,1] pixel units): the columns give the "
+                f"certified accuracy (%) at {norm_label(summaries)} radius r, ACR is the average {norm_label(summaries)} radius."]
+    by = "; ".join(f"{n}: {', '.join(s.label for s in summaries if s.norm == n)}" for n in sorted(norms))
+    return [f"the files' radii are in different norms ({by}): their columns do not compare."]
 
 
 def _same_radius(a: float, b: float) -> bool:

@@ -16,10 +16,16 @@ import numpy as np
 from ..errors import RsmoothError
 from ..fileio import atomic_write
 from ..metrics import certified_accuracy
-from .common import FileSummary, PathLike, adaptive_limit, check_labels, file_bounds, number_from_meta
+from .common import FileSummary, PathLike, adaptive_limit, check_labels, file_bounds, norm_label, number_from_meta
 
 RADIUS_LABEL = "radius (l2, [0,1] pixel units)"
 PLOT_TITLE = "Approximate certified accuracy (Cohen et al. 2019)"
+
+
+def radius_label(summaries: Sequence[FileSummary]) -> str:
+    """The x axis: ``radius (l2, [0,1] pixel units)``, or the files' norm (sidecar ``norm``)."""
+    norm = norm_label(summaries)
+    return RADIUS_LABEL if norm == "l2" else f"radius ({norm}, [0,1] pixel units)"
 
 
 def approximate_caption(summaries: Sequence[FileSummary]) -> str:
@@ -111,7 +117,7 @@ def plot_certified_accuracy(summaries: Sequence[FileSummary], out: PathLike,
                         capsize=3, linewidth=1.0)
     ax.set_xlim(0.0, x_max)
     ax.set_ylim(0.0, 100.0)
-    ax.set_xlabel(RADIUS_LABEL)
+    ax.set_xlabel(radius_label(summaries))
     ax.set_ylabel("certified accuracy (%)")
     ax.set_title(title)
     with_ci = [s for s in summaries if s.ci]

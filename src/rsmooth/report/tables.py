@@ -25,7 +25,7 @@ from typing import List, Optional, Sequence, TYPE_CHECKING
 
 from ..errors import RsmoothError
 from ..metrics import AccuracyBounds, accuracy_bounds, certified_accuracy, certified_counts
-from .common import FileSummary, Radii, file_bounds, resolve_radii
+from .common import FileSummary, Radii, file_bounds, norm_label, norm_note, resolve_radii
 
 if TYPE_CHECKING:
     from .paper import PaperRow
@@ -145,13 +145,14 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
     full = fmt is TableFormat.CSV
     with_ci = [s for s in summaries if s.ci]
 
-    head = ["model"] + (["sigma"] if with_sigma else []) + ["examples", "ACR"]
-    head += [_radius_header(r) for r in radii]
+    norm = _norm_prefix(summaries)
+    head = ["model"] + (["sigma"] if with_sigma else []) + ["examples", "ACR" + (f" ({norm})" if norm else "")]
+    head += [norm + " " * bool(norm) + _radius_header(r) for r in radii]
     extra = [f"acc@{_radius_header(r)}_{end}" for r in radii for end in ("lo", "hi", "hp")] if with_ci and full else []
     rows = [_summary_row(s, radii, with_sigma, fmt, bool(extra)) for s in summaries]
     rows += [_paper_row(p, radii, with_sigma, full, len(extra)) for p in paper_rows]
 
-    notes = [*notes, *(ci_notes(with_ci, fmt.value) if with_ci else [])]
+    notes = [*notes, *norm_note(summaries), *(ci_notes(with_ci, fmt.value) if with_ci else [])]
     after = ["", note_lines(notes, fmt)] if notes else []
     if fmt is TableFormat.CSV:
         buf = io.StringIO()
@@ -163,7 +164,14 @@ def format_table(summaries: Sequence[FileSummary], radii: Radii = None,
         align = ["---"] + ["---:"] * (len(head) - 1)
         lines = ["| " + " | ".join(r) + " |" for r in (head, align, *rows)]
         return "\n".join(lines + after)
-    return _latex(rows, len(summaries), radii, with_sigma, after[1:])
+    return _latex(rows, len(summaries), radii, with_sigma, after[1:], norm)
+
+
+def _norm_prefix(summaries: Sequence[FileSummary]) -> str:
+    """The radius columns' norm prefix: none for l2 radii (the papers' tables, unchanged), "l1" when
+    every file's radii are l1, none for files of different norms (a note says which is which)."""
+    label = norm_label(summaries)
+    return "" if label == "l2" or " " in label else label
 
 
 def _summary_row(s: FileSummary, radii: List[float], with_sigma: bool, fmt: TableFormat, extra: bool) -> List[str]:
@@ -197,7 +205,8 @@ def _paper_row(p: "PaperRow", radii: List[float], with_sigma: bool, full: bool, 
             + [""] * n_extra)
 
 
-def _latex(rows: List[List[str]], ours: int, radii: List[float], with_sigma: bool, after: List[str]) -> str:
+def _latex(rows: List[List[str]], ours: int, radii: List[float], with_sigma: bool, after: List[str],
+           norm: str = "") -> str:
     """A booktabs tabular; the best (displayed) value of each metric column among our ``ours``
     first rows in bold."""
     n_fixed = 3 if with_sigma else 2  # columns before ACR: model, [sigma], examples
@@ -217,7 +226,7 @@ def _latex(rows: List[List[str]], ours: int, radii: List[float], with_sigma: boo
         rf"\begin{{tabular}}{{{'l' + 'r' * (len(head) - 1)}}}",
         r"\toprule",
         " & " * (n_fixed + 1)
-        + rf"\multicolumn{{{n_acc}}}{{c}}{{certified accuracy (\%) at $r$}} \\",
+        + rf"\multicolumn{{{n_acc}}}{{c}}{{certified accuracy (\%) at {_latex_norm(norm)}$r$}} \\",
         rf"\cmidrule(lr){{{first_acc}-{first_acc + n_acc - 1}}}",
         " & ".join(head) + r" \\",
         r"\midrule",
@@ -227,6 +236,11 @@ def _latex(rows: List[List[str]], ours: int, radii: List[float], with_sigma: boo
         *after,
     ]
     return "\n".join(lines)
+
+
+def _latex_norm(norm: str) -> str:
+    """The LaTeX words for an l1 table's radius (l-one in math), none for the papers' l2 tables."""
+    return rf"$\ell_{{{norm[1:]}}}$ radius " if norm else ""
 
 
 #: the cell of a radius the run did not decide (markdown and LaTeX; blank in CSV)

@@ -1,4 +1,5 @@
 """Randomized smoothing: the smoothed classifier and its statistics (Cohen et al. 2019, arXiv 1902.02918)."""
+from . import l1  # noqa: F401  (registers the uniform and laplace noises)
 from .sequential import Decision, SequentialCertificate, anytime_lower, anytime_upper
 from .smooth import DEFAULT_BATCH_SIZE, Precision, Smooth, validate_precision
 from .stats import (

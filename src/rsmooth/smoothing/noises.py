@@ -7,6 +7,7 @@ compare at the same noise power.
 
 - ``gaussian``: N(0, sigma^2 I), l2 radius sigma * Phi^-1(p_A) (Cohen, Rosenfeld & Kolter 2019,
   Certified Adversarial Robustness via Randomized Smoothing, arXiv 1902.02918, Thm. 1).
+- ``uniform``, ``laplace``: l1 radii (:mod:`rsmooth.smoothing.l1`).
 
 A new noise is one subclass registered in :data:`NOISES`; :func:`make_noise` builds one from a
 name and sigma, :func:`noise_from_spec` from what a sidecar or checkpoint recorded.
@@ -55,6 +56,12 @@ class Noise:
         ``out``'s layout; returns ``out``.  The one place smoothing noise is drawn."""
         raise NotImplementedError
 
+    def like(self, x: torch.Tensor, ctx: Any) -> torch.Tensor:
+        """Noise shaped like ``x`` (image-major) drawn by a training step's
+        :class:`~rsmooth.methods.StepContext` ``ctx`` (its ``randn``/``rand``): what the training
+        methods add (:meth:`rsmooth.methods.Method.noise_like`)."""
+        raise NotImplementedError
+
     def radius(self, p_lower: ArrayLike, p_upper: Optional[ArrayLike] = None) -> ArrayLike:
         """The radius certified when P(f = c_A) >= ``p_lower`` and every other class has
         probability <= ``p_upper`` (default ``1 - p_lower``: Cohen et al.'s one-sided form).
@@ -101,6 +108,9 @@ class Gaussian(Noise):
 
     def draw(self, out: torch.Tensor, x: torch.Tensor, generator: Optional[torch.Generator]) -> torch.Tensor:
         return out.normal_(0.0, self.sigma, generator=generator).add_(x)
+
+    def like(self, x: torch.Tensor, ctx: Any) -> torch.Tensor:
+        return ctx.randn(x.shape, device=x.device, dtype=x.dtype).mul_(self.sigma)
 
     def radius(self, p_lower: ArrayLike, p_upper: Optional[ArrayLike] = None) -> ArrayLike:
         from scipy.stats import norm
