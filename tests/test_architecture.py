@@ -151,3 +151,14 @@ def test_circles_finds_and_draws_a_circle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}}
     assert circles(graph) == [["a", "b", "c", "a"]]
     assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_seeding_imports_first_in_a_fresh_process():
+    """Issue 38: rsmooth.seeding sits below the smoothing package (counts come from rsmooth.counts),
+    so it imports on its own, first, without a circle through smoothing."""
+    import subprocess
+    import sys
+
+    for module in ("rsmooth.seeding", "rsmooth.counts", "rsmooth.smoothing.noises"):
+        done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-500:]

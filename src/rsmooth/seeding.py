@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from .errors import RsmoothError
-from .smoothing.stats import validate_count
+from .counts import validate_count
 
 #: seeds accepted everywhere: what ``torch.manual_seed`` takes without overflow, and >= 0
 MAX_SEED = 2 ** 63 - 1
