@@ -9,7 +9,8 @@ file by its header.
 One row per example (:data:`SEQ_COLUMNS`): the class c_A the n0 samples selected, the samples
 drawn in all (n0 + n), the estimation samples n and votes n_a for c_A, the bounds on p_A at the
 stop (``p_lower`` at level alpha, the certificate; ``p_upper`` at level beta, the futility bound),
-whether n_max was reached, and the decision at each radius (``-`` for --adaptive).
+whether n_max was reached, and the decision at each radius (``-`` for --adaptive; ``skipped`` for
+an example that ``skip_wrong`` stopped after its n0 samples: n 0, bounds 0 and 1).
 """
 from __future__ import annotations
 
@@ -20,11 +21,14 @@ from typing import List, Optional, Tuple, Union
 from ..errors import check, setting
 from ..fileio import atomic_write_bytes, naming, open_nofollow
 from ..metrics.certify_io import SEQ_COLUMNS
+from ..smoothing.procedures import Skipped
 from ..smoothing.sequential import SequentialCertificate
 
 #: the modes that draw samples until the answer is known (Smooth.certify_sequential / certify_adaptive)
 SEQUENTIAL_MODES = ("sequential", "adaptive")
 _HEADER = "\t".join(SEQ_COLUMNS) + "\n"
+#: the decisions of an example stopped after its n0 samples because c_A is not its label (skip_wrong)
+SKIPPED = "skipped"
 
 
 def sequential_path(out: Union[str, Path]) -> Path:
@@ -85,9 +89,12 @@ class SeqWriter:
         with naming(path):
             self._f = open_nofollow(path, "a", encoding="utf-8", newline="\n")
 
-    def write(self, idx: int, cert: SequentialCertificate) -> None:
-        fields = (idx, cert.c_a, cert.samples, cert.n, cert.n_a, repr(cert.p_lower), repr(cert.p_upper),
-                  int(cert.capped), ",".join(d.value for d in cert.decisions) or "-")
+    def write(self, idx: int, cert: Union[SequentialCertificate, Skipped]) -> None:
+        if isinstance(cert, Skipped):  # stopped after the n0 samples (skip_wrong): no estimation samples
+            fields = (idx, cert.c_a, cert.samples, 0, 0, repr(0.0), repr(1.0), 0, SKIPPED)
+        else:
+            fields = (idx, cert.c_a, cert.samples, cert.n, cert.n_a, repr(cert.p_lower), repr(cert.p_upper),
+                      int(cert.capped), ",".join(d.value for d in cert.decisions) or "-")
         self._f.write("\t".join(map(str, fields)) + "\n")
         self._f.flush()
 

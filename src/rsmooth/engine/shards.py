@@ -36,11 +36,12 @@ Shard = Tuple[int, int]
 PathLike = Union[str, Path]
 #: sidecar fields that must agree for a run to continue an existing TSV, and for shards to merge
 RUN_IDENTITY = ("mode", "dataset", "corruption", "split", "noise", "sigma", "noise_params", "n0", "n", "alpha",
+                "skip_wrong",
                 "start", "skip", "max", "seed", "checkpoint_sha256", "precision",
                 "radii", "n_max", "radius_tol", "futility", "confidence_sequence",  # these five: sequential modes
                 "diffusion", "diffusion_sha256", "diffusion_t", "diffusion_steps")  # these: engine/diffusion.py
 #: the value of an identity field that sidecars written before it existed lack
-_IDENTITY_DEFAULTS = {"start": 0, "corruption": None, "noise": "gaussian"}
+_IDENTITY_DEFAULTS = {"start": 0, "corruption": None, "noise": "gaussian", "skip_wrong": False}
 #: sidecar fields of a certify shard that the merged file does not have
 SHARD_FIELDS = ("shard", "subset_size")
 #: errors of creating a lock beside a shard that mean "this folder cannot be written here"

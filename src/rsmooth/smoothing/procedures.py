@@ -1,7 +1,8 @@
 """Cohen et al.'s PREDICT and CERTIFY and the sequential modes, as procedures on one image.
 
 A procedure is a validated, frozen dataclass whose :meth:`steps` (given the smoothing noise,
-:mod:`rsmooth.smoothing.noises`, which turns bounds into radii) is a generator: it yields how
+:mod:`rsmooth.smoothing.noises`, which turns bounds into radii, and the image's label when it is
+known: ``skip_wrong`` stops an image whose selected class is not its label) is a generator: it yields how
 many fresh noisy samples it needs next (and receives their counts [K], numpy int64; a tuple of
 numbers is drawn back to back and answered with a tuple of counts) or a
 :class:`~rsmooth.smoothing.sequential.Look` (and receives its bounds), and returns the image's
@@ -15,8 +16,8 @@ Randomized Smoothing, arXiv 1902.02918, Sec. 3.2.  Sequential and adaptive certi
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Generator, Sequence, Tuple, Union
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, ClassVar, Generator, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -43,6 +44,22 @@ def _set(obj: Any, **values: Any) -> None:
 
 
 @dataclass(frozen=True)
+class Skipped:
+    """The result of an image stopped after its ``samples`` (n0) selection samples because the class
+    c_A they selected is not its label (``skip_wrong``): whatever more samples showed, the image
+    would count at no radius in a certified-accuracy table (CERTIFY returns c_A, wrong, or
+    abstains), so the table and ACR are those of running it to the end."""
+
+    c_a: int
+    samples: int
+
+
+def _skip(skip_wrong: bool, label: Optional[int], c_a: int) -> bool:
+    """Whether an image whose n0 samples selected ``c_a`` stops there (its label is known and another)."""
+    return skip_wrong and label is not None and c_a != int(label)
+
+
+@dataclass(frozen=True)
 class Counts:
     """The votes of ``n`` noisy samples, nothing more (what ``Smooth.count_votes`` runs, e.g. for
     CAT-RS's consistency targets).  Its counts stay on the model's device: the packer hands back
@@ -57,7 +74,7 @@ class Counts:
     def __post_init__(self) -> None:
         _set(self, n=validate_count("n", self.n))
 
-    def steps(self, noise: Noise) -> Steps:
+    def steps(self, noise: Noise, label: Optional[int] = None) -> Steps:
         return (yield self.n)
 
     def samples(self, result: Any) -> int:
@@ -79,7 +96,7 @@ class Predict:
     def __post_init__(self) -> None:
         _set(self, n=validate_count("n", self.n), alpha=validate_alpha(self.alpha))
 
-    def steps(self, noise: Noise) -> Steps:
+    def steps(self, noise: Noise, label: Optional[int] = None) -> Steps:
         counts = yield self.n
         top2 = np.argsort(-counts, kind="stable")[:2]  # ties to the lowest index
         n_a, n_b = int(counts[top2[0]]), int(counts[top2[1]])
@@ -99,27 +116,39 @@ class Certify:
     """CERTIFY: c_A from ``n0`` samples, the one-sided Clopper-Pearson lower bound p_A of ``n``
     fresh samples at level 1 - ``alpha``; (c_A, the noise's radius of p_A: sigma * Phi^-1(p_A) for
     Gaussian noise) if p_A >= 1/2, else (ABSTAIN, 0.0).  With probability >= 1 - alpha,
-    g(x + d) = c_A for every d within the radius in the noise's norm (||d||_2 for Gaussian noise)."""
+    g(x + d) = c_A for every d within the radius in the noise's norm (||d||_2 for Gaussian noise).
+
+    ``skip_wrong``: an image whose label is given (:meth:`steps`) and is not c_A stops after the
+    n0 samples with a :class:`Skipped` result (it counts at no radius either way)."""
 
     n0: int
     n: int
     alpha: float
+    _: KW_ONLY
+    skip_wrong: bool = False
 
     def __post_init__(self) -> None:
-        _set(self, n0=validate_count("n0", self.n0), n=validate_count("n", self.n), alpha=validate_alpha(self.alpha))
+        _set(self, n0=validate_count("n0", self.n0), n=validate_count("n", self.n), alpha=validate_alpha(self.alpha),
+             skip_wrong=bool(self.skip_wrong))
         check(self.n >= self.n0, f"n ({self.n}) is below n0 ({self.n0}): the n0 samples only pick the class, the "
                                  f"n fresh ones certify it (the papers: n0 = 100, n = 100,000)")
 
-    def steps(self, noise: Noise) -> Steps:
-        counts0, counts = yield self.n0, self.n  # drawn back to back, read once
-        c_a = _top(counts0)
+    def steps(self, noise: Noise, label: Optional[int] = None) -> Steps:
+        if self.skip_wrong and label is not None:  # the n0 samples first, read alone (the same noise drawn)
+            c_a = _top((yield self.n0))
+            if _skip(True, label, c_a):
+                return Skipped(c_a, self.n0)
+            counts = yield self.n
+        else:
+            counts0, counts = yield self.n0, self.n  # drawn back to back, read once
+            c_a = _top(counts0)
         p_lower = clopper_pearson_lower(int(counts[c_a]), self.n, self.alpha)
         if p_lower < 0.5:
             return ABSTAIN, 0.0
         return c_a, float(noise.radius(p_lower))
 
     def samples(self, result: Any) -> int:
-        return self.n0 + self.n
+        return result.samples if isinstance(result, Skipped) else self.n0 + self.n
 
     def max_samples(self) -> int:
         return self.n0 + self.n
@@ -128,25 +157,31 @@ class Certify:
 @dataclass(frozen=True)
 class _Sequence:
     """What both sequential modes share: c_A from n0 samples, then estimation samples until the
-    mode's stopping rule holds or n_max (:func:`~rsmooth.smoothing.sequential.sequence_steps`)."""
+    mode's stopping rule holds or n_max (:func:`~rsmooth.smoothing.sequential.sequence_steps`);
+    ``skip_wrong`` as for :class:`Certify`."""
 
     n0: int
     alpha: float
     n_max: int
     futility: float
+    _: KW_ONLY
+    skip_wrong: bool = False
 
     def __post_init__(self) -> None:
         _set(self, n0=validate_count("n0", self.n0), alpha=validate_sequential_alpha(self.alpha),
-             futility=validate_futility(self.futility), n_max=validate_count("n_max", self.n_max))
+             futility=validate_futility(self.futility), n_max=validate_count("n_max", self.n_max),
+             skip_wrong=bool(self.skip_wrong))
         check(self.n_max >= self.n0, f"n_max ({self.n_max}) is below n0 ({self.n0}): it caps the estimation samples, "
                                      f"as n does for certify")
 
-    def _estimate(self, done) -> Generator[Union[int, Look], Any, Tuple[int, Any]]:
+    def _estimate(self, done, label: Optional[int]) -> Generator[Union[int, Look], Any, Tuple[int, Any]]:
         c_a = _top((yield self.n0))
+        if _skip(self.skip_wrong, label, c_a):
+            return c_a, None
         bounds = yield from sequence_steps(self.alpha, self.n_max, done, self.futility, tally=lambda c: c[c_a])
         return c_a, bounds
 
-    def samples(self, result: SequentialCertificate) -> int:
+    def samples(self, result: Union[SequentialCertificate, Skipped]) -> int:
         return result.samples
 
     def max_samples(self) -> int:
@@ -165,9 +200,11 @@ class Sequential(_Sequence):
         super().__post_init__()
         _set(self, radii=radii)
 
-    def steps(self, noise: Noise) -> Steps:
+    def steps(self, noise: Noise, label: Optional[int] = None) -> Steps:
         levels = thresholds(self.radii, noise)
-        c_a, bounds = yield from self._estimate(lambda b: Decision.OPEN not in decide(b, levels))
+        c_a, bounds = yield from self._estimate(lambda b: Decision.OPEN not in decide(b, levels), label)
+        if bounds is None:
+            return Skipped(c_a, self.n0)
         decisions = decide(bounds, levels)  # none is open at n_max: the projection is the lower bound there
         robust = [r for r, d in zip(self.radii, decisions) if d is Decision.ROBUST]
         prediction, radius = (c_a, max(robust)) if robust else (ABSTAIN, 0.0)
@@ -187,8 +224,10 @@ class Adaptive(_Sequence):
         super().__post_init__()
         _set(self, radius_tol=radius_tol)
 
-    def steps(self, noise: Noise) -> Steps:
-        c_a, bounds = yield from self._estimate(lambda b: radius_gain(b, noise) <= self.radius_tol)
+    def steps(self, noise: Noise, label: Optional[int] = None) -> Steps:
+        c_a, bounds = yield from self._estimate(lambda b: radius_gain(b, noise) <= self.radius_tol, label)
+        if bounds is None:
+            return Skipped(c_a, self.n0)
         prediction, radius = ((c_a, radius_of(bounds.lower, noise)) if bounds.lower > 0.5 else (ABSTAIN, 0.0))
         return SequentialCertificate(prediction, radius, self.n0 + bounds.n, bounds.n, bounds.n_a, c_a, bounds.lower,
                                      bounds.upper, bounds.n == self.n_max)

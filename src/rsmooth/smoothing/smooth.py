@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import enum
 import math
+import numbers
 import warnings
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union, get_args
@@ -358,7 +359,10 @@ class Smooth:
                 or ``Adaptive`` (the settings of :meth:`predict`, :meth:`certify`,
                 :meth:`certify_sequential`, :meth:`certify_adaptive`).
             items: ``(key, x, generator)`` triples: any key, one image [C x H x W] in [0, 1], and
-                the ``torch.Generator`` (on the model's device) its noise is drawn from, or None.
+                the ``torch.Generator`` (on the model's device) its noise is drawn from, or None;
+                or ``(key, x, generator, label)``, the true class fourth (a procedure with
+                ``skip_wrong`` stops an image whose n0 samples select another class:
+                :class:`~rsmooth.smoothing.procedures.Skipped`).
             batch_size: noisy inputs per forward pass; results do not depend on it.
         Returns:
             an iterator of ``(key, result, seconds)``, one per image as it completes (not necessarily
@@ -395,11 +399,15 @@ class Smooth:
 
     def _checked_items(self, items: Iterable[Item]) -> Iterator[Item]:
         for item in items:
-            check(isinstance(item, (tuple, list)) and len(item) == 3, f"each item must be a (key, image [C x H x W], "
-                  f"torch.Generator or None) triple, got {type(item).__name__}")
-            key, x, generator = item
+            check(isinstance(item, (tuple, list)) and len(item) in (3, 4), f"each item must be a (key, image "
+                  f"[C x H x W], torch.Generator or None) triple (or with the label fourth), got {type(item).__name__}")
+            key, x, generator, *label = item
             _validate_generator(generator, self.device)
-            yield key, x, generator
+            check(not label or label[0] is None or (isinstance(label[0], numbers.Integral)
+                                                    and 0 <= int(label[0]) < self.num_classes),
+                  f"an item's label must be a class in 0..{self.num_classes - 1} or None, got {label[0]!r}"
+                  if label else "")
+            yield (key, x, generator, *label)
 
     def _one(self, x: torch.Tensor, procedure: Procedure, batch_size: int,
              generator: Optional[torch.Generator]) -> Any:
