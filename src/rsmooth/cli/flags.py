@@ -248,7 +248,7 @@ def add_certify_options(p: argparse.ArgumentParser, mode: str) -> None:
 
 
 #: smoothing.sequential.ALPHA_SHARE as the help writes it (not imported: the CLI starts without numpy)
-ALPHA_SHARE_TEXT = "1"
+ALPHA_SHARE_TEXT = "0.5"
 
 
 def add_sequential_flags(p: argparse.ArgumentParser) -> None:

@@ -399,6 +399,7 @@ def resolve(job: CertifyJob) -> Resolved:
     dev = distributed.rank_device(resolve_device(job.device), world)
     for out in [job.out] + ([] if shard is None else [str(shard_path(job.out, shard))]):
         _check_out(out, resolve_checkpoint_path(job.checkpoint), job.overwrite)
+    job = dataclasses.replace(job, alpha_share=continued_share(job, shard))  # the continued file's rule
     loaded = job.load()
     if job.sigma is not None and world.main:
         _warn_other_sigma(loaded, job.sigma)
@@ -409,7 +410,7 @@ def resolve(job: CertifyJob) -> Resolved:
     if job.mode == "certify":
         _warn_small_n(job.n, job.alpha, noise, log)
     elif job.sequential:
-        _warn_small_n_max(job.n_max, job.alpha, noise, job.radii, log, job.two_sided)
+        _warn_small_n_max(job.n_max, job.alpha, noise, job.radii, log, job.two_sided, job.alpha_share)
     model, diffusion = with_diffusion(loaded.model.to(dev), job.diffusion, sigma, loaded.dataset,
                                       steps=job.diffusion_steps, other_dataset=job.diffusion_other_dataset)
     data = get_dataset(loaded.dataset, job.split, data_dir=job.data_dir, corruption=job.corruption,
@@ -417,7 +418,6 @@ def resolve(job: CertifyJob) -> Resolved:
                        corruption_suite=job.corruption_suite)
     indices = certify_indices(len(data), skip=job.skip, max=job.max, start=job.start)
     check(bool(indices), f"--start {job.start} is past the last {job.split} example (index {len(data) - 1})")
-    job = dataclasses.replace(job, alpha_share=continued_share(job, shard))
     procedure = procedure_of(job)
     examples = len(shard_share(indices, shard) if shard else indices)
     smooth, tuning = fastest(model, loaded.num_classes, noise, data[indices[0]][0], precision=job.precision,
@@ -727,10 +727,11 @@ def _warn_small_n(n: int, alpha: float, noise: Noise, log: Callable[[str], None]
 
 
 def _warn_small_n_max(n_max: int, alpha: float, noise: Noise, radii: Optional[Sequence[float]],
-                      log: Callable[[str], None], two_sided: bool = False) -> None:
+                      log: Callable[[str], None], two_sided: bool = False,
+                      alpha_share: Optional[float] = None) -> None:
     """Say which radii no example can reach: with every one of n_max samples a vote for c_A, the
     anytime lower bound certifies at most the radius of its bound (sigma * Phi^-1(lower), Gaussian)."""
-    r_max = largest_radius(n_max, alpha, noise, ALPHA_SHARE, two_sided)  # the share: the default's (or larger)
+    r_max = largest_radius(n_max, alpha, noise, ALPHA_SHARE if alpha_share is None else alpha_share, two_sided)
     beyond = [r for r in radii or () if r >= r_max]
     if beyond or r_max <= 0:
         log(f"warning: with n_max={n_max} and alpha={alpha} the largest certifiable radius is {r_max:.4g}"

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Generator, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..errors import check
-from .sequential import (Decision, Look, SequentialCertificate, decide_radii, radius_gain, radius_of,
+from .sequential import (ALPHA_SHARE, Decision, Look, SequentialCertificate, decide_radii, radius_gain, radius_of,
                          sequence_steps, thresholds, validate_futility, validate_radii, validate_radius_tol,
                          validate_sequential_alpha, validate_share)
 from .noises import Noise
@@ -205,7 +205,7 @@ class _Sequence:
     _: KW_ONLY
     skip_wrong: bool = False
     two_sided: bool = False
-    alpha_share: float = 1.0
+    alpha_share: float = ALPHA_SHARE
 
     def __post_init__(self) -> None:
         _set(self, n0=validate_count("n0", self.n0), alpha=validate_sequential_alpha(self.alpha),
