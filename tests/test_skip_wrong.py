@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from rsmooth import RsmoothError
+from rsmooth.cli import main
 from rsmooth.engine import CertifyJob, run_certification
 from rsmooth.metrics import acr, certified_accuracy, read_certify_tsv
 from rsmooth.models import create_model
@@ -82,7 +83,7 @@ MODEL = dict(dataset="digits", sigma=0.25, model_options={"arch": "digits_cnn"},
 
 
 @pytest.mark.parametrize("mode", ["certify", "sequential"])
-def test_table_and_acr_equal_a_full_run(ckpt, tmp_path, mode):
+def test_table_and_acr_equal_a_full_run(ckpt, tmp_path, mode, capsys):
     kw = dict(n=600, n0=20) if mode == "certify" else dict(mode="sequential", radii=RADII, n_max=600, n0=20)
     full = run_certification(str(ckpt), str(tmp_path / "full.tsv"), **MODEL, **kw, **QUIET)
     fast = run_certification(str(ckpt), str(tmp_path / "fast.tsv"), **MODEL, **kw, skip_wrong=True, **QUIET)
@@ -99,5 +100,8 @@ def test_table_and_acr_equal_a_full_run(ckpt, tmp_path, mode):
         rows = [ln.split("\t") for ln in (tmp_path / "fast.tsv.seq").read_text().splitlines()[1:]]
         marked = {int(r[0]) for r in rows if r[8] == "skipped"}
         assert marked == set(b.idx[skipped].tolist()) and all(r[2] == "20" for r in rows if r[8] == "skipped")
+    capsys.readouterr()
+    assert main(["analyze", str(fast), str(full)]) == 0
+    assert capsys.readouterr().out.count("--skip-wrong: examples whose n0 samples") == 1
     with pytest.raises(RsmoothError, match="holds a run with skip_wrong=True, not False"):
         run_certification(str(ckpt), str(fast), **MODEL, **kw, **QUIET)

@@ -150,11 +150,13 @@ def ckpt(tmp_path_factory):
 MODEL = dict(dataset="digits", sigma=0.25, model_options={"arch": "digits_cnn"}, max=6, skip=50, batch_size=400)
 
 
-def test_certify_two_sided_run_and_shards(ckpt, tmp_path):
+def test_certify_two_sided_run_and_shards(ckpt, tmp_path, capsys):
     """certify --two-sided: sidecar field, the run identity, and shards merging to the one-process file."""
     out = tmp_path / "c.tsv"
     run_certification(str(ckpt), str(out), n=300, n0=20, two_sided=True, **MODEL, **QUIET)
     assert json.loads((tmp_path / "c.tsv.json").read_text())["two_sided"] is True
+    capsys.readouterr()
+    assert main(["analyze", str(out)]) == 0 and "two-sided certificates" in capsys.readouterr().out
     with pytest.raises(Exception, match="holds a run with two_sided=True, not False"):
         run_certification(str(ckpt), str(out), n=300, n0=20, **MODEL, **QUIET)
     seq = tmp_path / "s.tsv"
