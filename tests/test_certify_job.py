@@ -32,6 +32,24 @@ def test_run_certification_takes_exactly_the_job_fields():
     assert_keywords_are_fields(run_certification, CertifyJob)
 
 
+def test_certify_flags_are_the_job_fields():
+    """Issue 38: the certify command's keywords come from CertifyJob's fields (cli.certify.job_keywords):
+    each field has a flag of its name, or is one the command sets otherwise."""
+    from rsmooth.cli import build_parser
+    from rsmooth.cli.certify import _NOT_FROM_FLAGS, job_keywords
+
+    parser = build_parser()
+    args = parser.parse_args(["certify", "--checkpoint", "c.pt", "--out", "o.tsv"])
+    names = {f.name for f in dataclasses.fields(CertifyJob)}
+    assert _NOT_FROM_FLAGS <= names
+    assert names - _NOT_FROM_FLAGS == {k for k in vars(args) if k in names} - _NOT_FROM_FLAGS
+    kwargs = job_keywords(args)
+    assert set(kwargs) <= names and CertifyJob("c.pt", "o.tsv", **kwargs).mode == "certify"
+    seq = job_keywords(parser.parse_args(["certify", "--checkpoint", "c", "--out", "o", "--sequential",
+                                          "--radii", "0.5", "--noise", "gaussian"]))
+    assert seq["mode"] == "sequential" and seq["radii"] == [0.5] and seq["noise"] == "gaussian"
+
+
 def test_job_checks_and_normalises_once():
     job = CertifyJob("ck", "o.tsv", mode="sequential", radii=[0.5, 0.25, 0.5], n_max=1e3, shard="1/2", skip=2.0)
     assert job.radii == [0.25, 0.5] and job.n is None and job.n_max == 1000 and job.radius_tol is None

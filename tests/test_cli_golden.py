@@ -12,7 +12,7 @@ import pytest
 from rsmooth.cli import catalog, main
 
 GOLDEN = Path(__file__).parent / "golden" / "help"
-SUBCOMMANDS = ["train", "certify", "predict", "merge", "targets", "pipeline", "analyze", "demo",
+SUBCOMMANDS = ["train", "certify", "predict", "attack", "audit", "merge", "targets", "pipeline", "analyze", "demo",
                "preview-corruptions", "list", "reproduce", "show-preset"]
 
 

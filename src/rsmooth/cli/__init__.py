@@ -24,7 +24,7 @@ from typing import Any, List, Optional
 from ..version import __version__
 from ..errors import command_line
 from ..imports import keep_cwd_off_child_paths
-from . import analyze, certify, demo, listing, merge, pipeline, preview, reproduce, show_preset, targets, train
+from . import analyze, attack, certify, demo, listing, merge, pipeline, preview, reproduce, show_preset, targets, train
 from .exits import explain, flushed_at_exit, show_warning, silence_closed_stdout, stopped
 from .flags import UNITS, Parser
 from .train import train_config_from_args
@@ -32,7 +32,7 @@ from .train import train_config_from_args
 __all__ = ["SUBCOMMANDS", "build_parser", "main", "train_config_from_args"]
 
 #: the subcommand modules, in the order ``rsmooth --help`` lists them (certify adds certify and predict)
-SUBCOMMANDS = (train, certify, merge, targets, pipeline, analyze, demo, preview, listing, reproduce, show_preset)
+SUBCOMMANDS = (train, certify, attack, merge, targets, pipeline, analyze, demo, preview, listing, reproduce, show_preset)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -58,6 +58,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --ci: the certificates' alpha for files without a sidecar JSON that records it "
                    "(public codebases' TSVs; their standard protocol: 0.001); without it such files get no "
                    "high-probability bound")
+    a.add_argument("--attack", metavar="FILE",
+                   help="an attack TSV of 'rsmooth attack' on the images of the one certify file given: one table "
+                   "of certified and empirical accuracy at each of its eps (--plot: both curves in one figure); "
+                   "refused when the files' images, labels, sigma or noise differ")
     a.set_defaults(func=run)
 
 
@@ -80,6 +84,9 @@ def run(args: argparse.Namespace) -> None:
         except RsmoothError:
             raise RsmoothError(f"--paper {args.paper}: unknown table; choose one of {', '.join(PAPER_TABLES)} "
                                f"('--paper list' describes them)") from None
+    if args.attack is not None:
+        _empirical(args)
+        return
     if args.paired or args.as_printed:
         _compare(args)
         return
@@ -117,3 +124,17 @@ def _compare(args: argparse.Namespace) -> None:
                            f"'rsmooth analyze' without --paired")
     print(compare(args.results, radii=args.radii, labels=args.labels, fmt=args.format, as_json=args.json,
                   level=0.95 if args.ci_level is None else args.ci_level, as_printed=args.as_printed))
+
+
+def _empirical(args: argparse.Namespace) -> None:
+    """``--attack FILE``: certified and empirical accuracy of one certify file and its attack file."""
+    from ..report.attack import empirical_table
+
+    if len(args.results) != 1:
+        raise RsmoothError(f"--attack takes the one certify file of the attacked images, got {len(args.results)} "
+                           f"files")
+    others = [f for f, on in (("--corruptions", args.corruptions), ("--paper", args.paper), ("--ci", args.ci),
+                              ("--paired", args.paired), ("--radii", args.radii), ("--labels", args.labels)) if on]
+    if others:
+        raise RsmoothError(f"{others[0]} does not go with --attack (its table has the attack's eps as radii)")
+    print(empirical_table(args.results[0], args.attack, fmt=args.format, as_json=args.json, plot=args.plot))

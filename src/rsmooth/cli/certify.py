@@ -128,21 +128,33 @@ def _sequential_options(args: argparse.Namespace) -> Dict[str, Any]:
     return out
 
 
+#: CertifyJob fields that no flag of their name sets: the positional pair, the corruption flags (one
+#: job per corrupted set, below), the Python-only ones, and those of the mode (_sequential_options)
+_NOT_FROM_FLAGS = frozenset({"checkpoint", "out", "corruption", "severity", "corruption_seed", "corruption_suite",
+                             "progress", "log", "model_options", "mode", "n", "radii", "n_max", "radius_tol",
+                             "futility"})
+
+
+def job_keywords(args: argparse.Namespace) -> Dict[str, Any]:
+    """run_certification's keywords from the flags: each CertifyJob field from the flag of its name
+    (a field added to the job is a flag away from the command line), the mode's from
+    :func:`_sequential_options`, and the model options."""
+    from dataclasses import fields
+
+    from ..engine.certify import CertifyJob
+
+    kwargs = {f.name: getattr(args, f.name) for f in fields(CertifyJob)
+              if f.name not in _NOT_FROM_FLAGS and hasattr(args, f.name)}
+    return {**kwargs, **_sequential_options(args), "model_options": model_options(args)}
+
+
 def run(args: argparse.Namespace) -> None:
     """Certify (or predict) --checkpoint on the test set, or on each corruption asked for."""
     from ..data import published_release
     from ..engine import certify_corruptions, corruption_plan, load_model, run_certification
     from ..engine.distributed import world
 
-    kwargs = dict(**_sequential_options(args), dataset=args.dataset, split=args.split,
-                  sigma=args.sigma, noise=args.noise, n0=getattr(args, "n0", 100), alpha=args.alpha,
-                  batch_size=args.batch_size, start=args.start, skip=args.skip, max=args.max, shard=args.shard,
-                  seed=args.seed, precision=args.precision, channels_last=args.channels_last, compile=args.compile,
-                  data_dir=args.data_dir, device=args.device, overwrite=args.overwrite,
-                  trust_pickle=args.trust_pickle, trust_code=args.trust_code, model_options=model_options(args),
-                  heartbeat=args.heartbeat, diffusion=args.diffusion, diffusion_steps=args.diffusion_steps,
-                  diffusion_other_dataset=args.diffusion_other_dataset, skip_wrong=getattr(args, "skip_wrong", False),
-                  two_sided=getattr(args, "two_sided", False))
+    kwargs = job_keywords(args)
     dataset = args.dataset
     if args.corruption is None and args.severity is None and (
             dataset is None or not published_release(dataset)):

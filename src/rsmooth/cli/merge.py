@@ -48,6 +48,8 @@ def run(args: argparse.Namespace) -> None:
         if not args.files:
             raise RsmoothError(f"--out {args.out} without shard files: list them, or give OUT alone to find them")
         out, shards = args.out, args.files
-    kind = shard_kind(out, shards)
+    from ..engine.attack import ATTACK, merges_attack
+
+    kind = ATTACK if merges_attack(out, shards) else shard_kind(out, shards)
     path = merge_shards(out, kind, shards, overwrite=args.overwrite, keep=args.keep_shards)
-    print(f"{'targets' if kind is not CERTIFY else 'results'}: {path}")
+    print(f"{'targets' if kind.command == 'targets' else 'results'}: {path}")

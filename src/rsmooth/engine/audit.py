@@ -1,0 +1,420 @@
+"""The audit: attack every certificate of a certify file just inside its radius, and check points a
+user gives, looking for counterexamples.
+
+A certify row (class c, radius r) says: with probability >= 1 - alpha over CERTIFY's noise,
+g(x + d) = c for every ||d||_2 < r (Cohen, Rosenfeld & Kolter 2019, arXiv 1902.02918, Thm. 1).
+A point x' with ||x' - x||_2 < r where PREDICT (n, alpha_p) returns a class other than c (not an
+abstention) is a *counterexample*.  A sound certificate still gives one with probability at most
+alpha + k alpha_p per image (the certificate wrong, or one of the k PREDICT checks at its points
+wrong), so over m images the count is dominated by Binomial(m, alpha + k alpha_p); the audit
+reports the count, its Clopper-Pearson interval, and the (1 - beta) quantile of that binomial
+(:func:`~rsmooth.metrics.intervals.wrong_certificates_bound`): more counterexamples than that say
+the certificates are not sound (a pipeline bug, or floating point: Voracek & Hein 2023, Sound
+Randomized Smoothing in Floating-Point Arithmetic, arXiv 2207.07209).
+
+Each counterexample is written so it can be replayed: ``counterexamples/idx-I.npy`` (delta = x' - x,
+float32), ``idx-I.point.npy`` (x' itself: x + delta in float32 need not give x' back to the bit,
+and bits are what the float attack reads) and ``idx-I.json`` (class, radius, norm, PREDICT's answer
+and its votes, the seed).  ``counterexamples.json`` lists them all and ``audit.json`` holds the
+settings and the summary; ``audit.tsv`` has one row per image (resumable).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from ..attacks.evaluate import EVAL_ATTACKS, EVAL_NUM_NOISE, EVAL_STEPS, attack_smoothed
+from ..errors import RsmoothError, check
+from ..fileio import atomic_write_bytes, make_folder_nofollow, open_nofollow, run_lock
+from ..metrics import read_certify_tsv, read_sidecar
+from ..metrics.intervals import clopper_pearson_interval, wrong_certificates_bound
+from ..paths import check_output_dir
+from ..progress import Heartbeat, emit, progress_bar
+from ..seeding import generator, validate_seed
+from ..smoothing import Smooth, validate_alpha, validate_count
+from ..smoothing.procedures import ABSTAIN
+from ..smoothing.noises import Noise
+from .attack import attack_noise, make_smooth, predict_votes
+from .shards import lock_path
+
+PathLike = Union[str, Path]
+AUDIT_COLUMNS = ("idx", "label", "class", "radius", "eps", "checks", "counterexample", "predict", "norm", "time")
+AUDIT_HEADER = "\t".join(AUDIT_COLUMNS)
+#: the attacks' eps is the radius times (1 - this): just inside the certified ball
+DEFAULT_SHRINK = 1e-3
+
+
+@dataclass
+class PointCheck:
+    """PREDICT at one point x' near a certified image: ``inside`` when ||x' - x||_2 < radius."""
+
+    idx: int
+    certified: int
+    radius: float
+    norm: float
+    predict: int
+    votes: List[int]
+    seed: List[Any] = field(default_factory=list)
+
+    @property
+    def inside(self) -> bool:
+        return self.norm < self.radius
+
+    @property
+    def counterexample(self) -> bool:
+        return self.inside and self.predict not in (self.certified, ABSTAIN)
+
+
+def check_point(smooth: Smooth, x: torch.Tensor, point: torch.Tensor, idx: int, certified: int, radius: float, *,
+                n: int, alpha: float, batch_size: int, gen: Optional[torch.Generator]) -> PointCheck:
+    """PREDICT (n, alpha) at ``point`` [C, H, W] for the image ``x`` certified as ``certified`` at ``radius``.
+    The norm is computed in float64 from the two float32 tensors as they are."""
+    check(point.shape == x.shape, f"a point for image {idx} has shape {tuple(point.shape)}, the image "
+                                  f"{tuple(x.shape)}")
+    norm = float((point.double() - x.double()).flatten().norm())
+    pred, votes = predict_votes(smooth, point, n, alpha, batch_size, gen)
+    return PointCheck(int(idx), int(certified), float(radius), norm, int(pred), [int(v) for v in votes])
+
+
+@dataclass
+class AuditSummary:
+    """The count of images with a counterexample among ``images`` audited, and what alpha allows."""
+
+    images: int
+    counterexamples: int
+    checks_per_image: int
+    alpha: float  # the certificates'
+    alpha_predict: float  # each check's
+    beta: float = 0.05
+    interval: Tuple[float, float] = (0.0, 0.0)
+    per_image: float = 0.0  # alpha + checks_per_image * alpha_predict
+    expected: float = 0.0  # images * per_image
+    allowed: int = 0  # the (1 - beta) quantile of Binomial(images, per_image)
+
+    def __post_init__(self) -> None:
+        self.per_image = min(1.0, self.alpha + self.checks_per_image * self.alpha_predict)
+        self.expected = self.images * self.per_image
+        if self.images:
+            self.interval = clopper_pearson_interval(self.counterexamples, self.images, self.beta)
+            self.allowed = wrong_certificates_bound(self.images, self.per_image, self.beta) \
+                if self.per_image < 1 else self.images
+
+    @property
+    def consistent(self) -> bool:
+        return self.counterexamples <= self.allowed
+
+    def line(self) -> str:
+        lo, hi = self.interval
+        verdict = ("consistent with alpha" if self.consistent
+                   else "MORE than alpha allows: the certificates are not sound")
+        return (f"audit: {self.counterexamples} counterexamples in {self.images} certified images "
+                f"({100 * lo:.2f}%-{100 * hi:.2f}%, {100 * (1 - self.beta):g}% Clopper-Pearson); alpha allows "
+                f"{self.expected:.3g} expected, at most {self.allowed} at {100 * (1 - self.beta):g}% "
+                f"(alpha {self.alpha:g} + {self.checks_per_image} checks x {self.alpha_predict:g} per image): "
+                f"{verdict}")
+
+
+def write_counterexample(folder: Path, c: PointCheck, x: torch.Tensor, point: torch.Tensor, name: str) -> dict:
+    """``folder/NAME.npy`` (delta), ``NAME.point.npy`` (x'), ``NAME.json``; returns the record."""
+    import io
+
+    make_folder_nofollow(folder)
+    for suffix, arr in ((".npy", (point - x).cpu().numpy()), (".point.npy", point.cpu().numpy())):
+        buf = io.BytesIO()
+        np.save(buf, arr)
+        atomic_write_bytes(folder / f"{name}{suffix}", buf.getvalue())
+    record = {**asdict(c), "delta": f"{name}.npy", "point": f"{name}.point.npy"}
+    atomic_write_bytes(folder / f"{name}.json", (json.dumps(record, indent=2) + "\n").encode("utf-8"))
+    return record
+
+
+# -- the audit of a certify file ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class AuditJob:
+    """The settings of :func:`run_audit` (which says what each does), checked when made."""
+
+    checkpoint: str
+    certify: str
+    out: str
+    attacks: Sequence[str] = EVAL_ATTACKS
+    restarts: int = 1
+    num_steps: int = EVAL_STEPS
+    num_noise: int = EVAL_NUM_NOISE
+    shrink: float = DEFAULT_SHRINK
+    n: Optional[int] = None
+    alpha: Optional[float] = None
+    points: Optional[str] = None
+    indices: Optional[Union[Sequence[int], str]] = None  # or a .npy of them
+    beta: float = 0.05
+    batch_size: int = 1000
+    max: Optional[int] = None
+    seed: int = 0
+    data_dir: Optional[str] = None
+    device: Optional[str] = None
+    trust_pickle: bool = False
+    trust_code: bool = False
+    model_options: Optional[Dict[str, Any]] = None
+    progress: bool = True
+    log: Callable[[str], None] = print
+    heartbeat: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        attacks = [self.attacks] if isinstance(self.attacks, str) else list(self.attacks)
+        for a in attacks:
+            check(a in EVAL_ATTACKS, f"--attack must be one of {', '.join(EVAL_ATTACKS)}, got {a!r}")
+        check(0 < self.shrink < 1, f"--shrink must be in (0, 1) (the attacks' eps is radius x (1 - shrink)), "
+                                   f"got {self.shrink!r}")
+        check((self.points is None) == (self.indices is None),
+              "--points and --indices go together: the perturbed inputs and the test index of each")
+        values = {"indices": _indices(self.indices), "attacks": tuple(dict.fromkeys(attacks)),
+                  "restarts": validate_count("restarts", self.restarts, minimum=0),
+                  "num_steps": validate_count("num_steps", self.num_steps),
+                  "num_noise": validate_count("num_noise", self.num_noise),
+                  "n": None if self.n is None else validate_count("n", self.n),
+                  "alpha": None if self.alpha is None else validate_alpha(self.alpha),
+                  "batch_size": validate_count("batch_size", self.batch_size),
+                  "max": None if self.max is None else validate_count("max", self.max),
+                  "seed": validate_seed(self.seed)}
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
+
+    def run(self) -> AuditSummary:
+        return _run(self)
+
+
+def run_audit(checkpoint: str, certify: str, out: str, *, attacks: Sequence[str] = EVAL_ATTACKS,
+              restarts: int = 1, num_steps: int = EVAL_STEPS, num_noise: int = EVAL_NUM_NOISE,
+              shrink: float = DEFAULT_SHRINK, n: Optional[int] = None, alpha: Optional[float] = None,
+              points: Optional[str] = None, indices: Optional[Union[Sequence[int], str]] = None,
+              beta: float = 0.05,
+              batch_size: int = 1000, max: Optional[int] = None, seed: int = 0, data_dir: Optional[str] = None,
+              device: Optional[str] = None, trust_pickle: bool = False, trust_code: bool = False,
+              model_options: Optional[Dict[str, Any]] = None, progress: bool = True,
+              log: Callable[[str], None] = print, heartbeat: Optional[float] = None) -> AuditSummary:
+    """Audit the certificates of the certify TSV ``certify`` (made from ``checkpoint``) into the folder ``out``.
+
+    For each row certified (class c >= 0, radius r > 0; at most ``max`` of them), ``restarts``
+    rounds of each of ``attacks`` (SmoothAdv's evaluation PGD/DDN, ``num_steps``, ``num_noise``)
+    attack c at eps = r (1 - ``shrink``), and PREDICT (``n``, ``alpha``: default the certify file's)
+    checks each point; the first counterexample of an image ends its search.  With ``points`` (a
+    .npy [N, C, H, W]) and ``indices`` (N test indices, or a .npy of them), those points are checked instead.  The
+    noise is the certify file's (its sidecar's ``noise`` and ``sigma``).  Returns the
+    :class:`AuditSummary` (also in ``out/audit.json``); see the module docstring for the files.
+
+    Example:
+        ```python
+        from rsmooth.engine.audit import run_audit
+
+        print(run_audit("runs/fm025", "runs/fm025/certify.tsv", "audit", restarts=2).line())
+        ```
+    """
+    return AuditJob(**locals()).run()
+
+
+def _certified(cert_path: str) -> Tuple[dict, Dict[int, Tuple[int, int, float]]]:
+    """(the certify sidecar, idx -> (label, class, radius) of every row)."""
+    check(Path(cert_path).is_file(), f"--certify {cert_path} not found; give the --out of 'rsmooth certify'")
+    meta = read_sidecar(cert_path)
+    check(meta is not None, f"{cert_path} has no sidecar {cert_path}.json; the audit needs the run's noise, "
+                            f"dataset and checkpoint: give a file written by 'rsmooth certify'")
+    check(meta.get("mode", "certify") != "predict", f"{cert_path} is a predict file: it certifies nothing to audit")
+    res = read_certify_tsv(cert_path)
+    rows = {int(i): (int(lab), int(p), float(r)) for i, lab, p, r in zip(res.idx, res.label, res.predict, res.radius)}
+    return meta, rows
+
+
+def _indices(indices: Any) -> Optional[List[int]]:
+    """The points' test indices: integers, or a .npy file of them."""
+    if indices is None:
+        return None
+    if isinstance(indices, (str, Path)):
+        try:
+            indices = np.load(indices, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise RsmoothError(f"--indices {indices}: not a .npy array of test indices ({e})") from None
+        check(indices.ndim == 1 and indices.dtype.kind in "iu", f"--indices: the .npy must hold one integer per "
+                                                               f"point, got {indices.dtype} {indices.shape}")
+    out = [int(i) for i in indices]
+    check(all(i >= 0 for i in out), "--indices are test indices, >= 0")
+    return out
+
+
+def _run(job: AuditJob) -> AuditSummary:
+    from ..data import get_dataset
+    from .checkpoint import file_sha256, load_model, resolve_device
+
+    check_output_dir(job.out)
+    meta, rows = _certified(job.certify)
+    dev = resolve_device(job.device)
+    loaded = load_model(job.checkpoint, dataset=meta.get("dataset"), trust_pickle=job.trust_pickle,
+                        trust_code=job.trust_code, **(job.model_options or {}))
+    sha = meta.get("checkpoint_sha256")
+    check(sha is None or sha == file_sha256(loaded.path),
+          f"--checkpoint {job.checkpoint} is not the model {job.certify} certified ({meta.get('checkpoint')}); "
+          f"audit the certificates with the model they were made with")
+    noise = attack_noise(meta)
+    model = loaded.model.to(dev).eval()
+    smooth = make_smooth(model, loaded.num_classes, noise)
+    data = get_dataset(loaded.dataset, meta.get("split", "test"), data_dir=job.data_dir,
+                       corruption=(meta.get("corruption") or {}).get("name"),
+                       severity=(meta.get("corruption") or {}).get("severity"))
+    n = job.n if job.n is not None else int(meta.get("n") or 100_000)
+    alpha_p = job.alpha if job.alpha is not None else float(meta.get("alpha") or 0.001)
+    out = Path(job.out)
+    make_folder_nofollow(out)
+    settings = {"certify": str(job.certify), "certify_sha256": file_sha256(Path(job.certify)),
+                "checkpoint_sha256": file_sha256(loaded.path), **noise.spec(), "n": n, "alpha_predict": alpha_p,
+                "alpha": float(meta.get("alpha") or 0.001), "seed": job.seed, "beta": job.beta}
+    if job.points is not None:
+        settings.update(points=str(job.points), indices=[int(i) for i in job.indices])
+        checks = 1
+    else:
+        settings.update(attacks=list(job.attacks), restarts=job.restarts, num_steps=job.num_steps,
+                        num_noise=job.num_noise, shrink=job.shrink)
+        checks = job.restarts * len(job.attacks)
+    ctx = _Audit(job, smooth, model, noise, data, dev, out, n, alpha_p, rows)
+    with run_lock(lock_path(out / "audit.tsv"), out / "audit.tsv"):
+        found, images = ctx.points() if job.points is not None else ctx.attacks(settings)
+    summary = AuditSummary(images, len(found), checks, settings["alpha"], alpha_p, job.beta)
+    atomic_write_bytes(out / "counterexamples.json", (json.dumps(found, indent=2) + "\n").encode("utf-8"))
+    record = {**settings, "summary": {**asdict(summary), "consistent": summary.consistent, "line": summary.line()},
+              "finished": datetime.datetime.now().isoformat(timespec="seconds")}
+    atomic_write_bytes(out / "audit.json", (json.dumps(record, indent=2) + "\n").encode("utf-8"))
+    emit(summary.line(), job.log)
+    return summary
+
+
+@dataclass
+class _Audit:
+    job: AuditJob
+    smooth: Smooth
+    model: torch.nn.Module
+    noise: Noise
+    data: Any
+    device: torch.device
+    out: Path
+    n: int
+    alpha: float
+    rows: Dict[int, Tuple[int, int, float]]
+
+    def check(self, x, point, idx, c, r, gen, seed) -> PointCheck:
+        pc = check_point(self.smooth, x, point, idx, c, r, n=self.n, alpha=self.alpha,
+                         batch_size=self.job.batch_size, gen=gen)
+        pc.seed = seed
+        return pc
+
+    def attacks(self, settings: dict) -> Tuple[List[dict], int]:
+        """Attack every certified row into audit.tsv (resumed when it holds the same settings)."""
+        job, tsv = self.job, self.out / "audit.tsv"
+        old = _read_json(self.out / "audit.settings.json")
+        fresh = old != settings or not tsv.is_file()
+        done = set() if fresh else {int(ln.split("\t")[0]) for ln in _complete_lines(tsv)}
+        if fresh:
+            atomic_write_bytes(self.out / "audit.settings.json", (json.dumps(settings, indent=2) + "\n").encode())
+            atomic_write_bytes(tsv, (AUDIT_HEADER + "\n").encode("utf-8"))
+            for p in (self.out / "counterexamples").glob("idx-*"):
+                p.unlink()
+        else:
+            atomic_write_bytes(tsv, "".join([AUDIT_HEADER + "\n", *_complete_lines(tsv)]).encode("utf-8"))
+        targets = [i for i, (_, c, r) in sorted(self.rows.items()) if c >= 0 and r > 0][:job.max]
+        todo = [i for i in targets if i not in done]
+        beat = Heartbeat(len(targets), desc="audit", unit="images", done=len(targets) - len(todo),
+                         interval=job.heartbeat, enabled=job.progress, log=job.log)
+        with open_nofollow(tsv, "a", encoding="utf-8", newline="\n") as f:
+            for i in progress_bar(todo, total=len(todo), desc="audit", enabled=job.progress):
+                t0 = time.perf_counter()
+                label, c, r = self.rows[i]
+                x = self.data[i][0].to(self.device)
+                eps, last, k = r * (1 - job.shrink), None, 0
+                for rnd in range(job.restarts):
+                    for name in job.attacks:
+                        k += 1
+                        seed = [job.seed, "audit", i, name, rnd]
+                        gen = generator(*seed, device=self.device)
+                        adv = attack_smoothed(self.model, x.unsqueeze(0), torch.tensor([c], device=self.device),
+                                              self.noise, eps=eps, attack=name, num_steps=job.num_steps,
+                                              num_noise=job.num_noise, generator=gen)[0]
+                        last = (self.check(x, adv, i, c, r, gen, seed), adv)
+                        if last[0].counterexample:
+                            write_counterexample(self.out / "counterexamples", last[0], x, adv, f"idx-{i}")
+                            break
+                    if last is not None and last[0].counterexample:
+                        break
+                pc = last[0] if last else None
+                f.write(f"{i}\t{label}\t{c}\t{r!r}\t{eps!r}\t{k}\t{int(bool(pc and pc.counterexample))}\t"
+                        f"{pc.predict if pc else ''}\t{pc.norm if pc else ''}\t{time.perf_counter() - t0:.3f}\n")
+                f.flush()
+                beat.update(1, k * self.n)
+        found = [_read_json(p) for p in sorted((self.out / "counterexamples").glob("idx-*.json"))]
+        return [r for r in found if r is not None], len(targets)
+
+    def points(self) -> Tuple[List[dict], int]:
+        """Check the user's points (one PREDICT each)."""
+        job = self.job
+        try:
+            pts = np.load(job.points, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise RsmoothError(f"--points {job.points}: not a .npy array ({e})") from None
+        idx = [int(i) for i in job.indices]
+        check(pts.ndim >= 2 and pts.shape[0] == len(idx),
+              f"--points {job.points} holds {pts.shape[0] if pts.ndim else 0} points, --indices names {len(idx)}; "
+              f"give one test index per point")
+        found, audited = [], set()
+        for k, i in enumerate(idx):
+            check(i in self.rows, f"--indices: image {i} is not in {job.certify}")
+            label, c, r = self.rows[i]
+            if c < 0 or r <= 0:
+                job.log(f"point {k}: image {i} is not certified (abstained), nothing to break")
+                continue
+            audited.add(i)
+            x = self.data[i][0].to(self.device)
+            point = torch.as_tensor(pts[k]).to(self.device, x.dtype)
+            seed = [job.seed, "audit-point", i, k]
+            pc = self.check(x, point, i, c, r, generator(*seed, device=self.device), seed)
+            if not pc.inside:
+                job.log(f"point {k}: ||x' - x|| = {pc.norm:.6g} is not below image {i}'s radius {r:.6g}")
+            if pc.counterexample:
+                found.append(write_counterexample(self.out / "counterexamples", pc, x, point, f"idx-{i}-p{k}"))
+        return found, len(audited)
+
+
+def _complete_lines(p: Path) -> List[str]:
+    text = p.read_text(encoding="utf-8")
+    text = text[:text.rfind("\n") + 1]
+    return [ln + "\n" for ln in text.splitlines()[1:] if ln.strip()]
+
+
+def _read_json(p: Path) -> Optional[Any]:
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def audit_points(smooth: Smooth, images: Sequence[torch.Tensor], points: Sequence[torch.Tensor],
+                 classes: Sequence[int], radii: Sequence[float], *, n: int, alpha: float, alpha_certify: float,
+                 batch_size: int = 1000, seed: int = 0, beta: float = 0.05,
+                 out: Optional[PathLike] = None) -> Tuple[AuditSummary, List[PointCheck]]:
+    """The audit's check of points on images in memory: image k (certified ``classes[k]`` at
+    ``radii[k]``) against ``points[k]``; PREDICT (n, alpha) at each, drawn from ``(seed,
+    "audit-point", k)``.  Counterexamples are written to ``out`` when given.  Returns the summary
+    and each point's check."""
+    checks = []
+    for k, (x, p, c, r) in enumerate(zip(images, points, classes, radii)):
+        pc = check_point(smooth, x, p, k, c, r, n=n, alpha=alpha, batch_size=batch_size,
+                         gen=generator(seed, "audit-point", k, device=smooth.device))
+        pc.seed = [seed, "audit-point", k]
+        if pc.counterexample and out is not None:
+            write_counterexample(Path(out), pc, x, p, f"idx-{k}")
+        checks.append(pc)
+    certified = [pc for pc in checks if pc.certified >= 0 and pc.radius > 0]
+    summary = AuditSummary(len(certified), sum(pc.counterexample for pc in certified), 1, alpha_certify, alpha, beta)
+    return summary, checks
