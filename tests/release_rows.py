@@ -38,9 +38,11 @@ def rows() -> dict:
     s = SETTINGS
     data = get_dataset("digits", "test")
     smooth = Smooth(PixelVotes(), 10, s["sigma"])
+    # the sequential modes with the release's rule (issue 39's alpha_share 1: the anytime bound alone)
+    legacy = {"alpha_share": 1.0} if "alpha_share" in getattr(Sequential, "__dataclass_fields__", {}) else {}
     procedures = {"certify": Certify(s["n0"], s["n"], s["alpha"]), "predict": Predict(s["n"], s["alpha"]),
-                  "sequential": Sequential(s["n0"], s["alpha"], s["n_max"], 0.05, s["radii"]),
-                  "adaptive": Adaptive(s["n0"], s["alpha"], s["n_max"], 0.05, 0.05)}
+                  "sequential": Sequential(s["n0"], s["alpha"], s["n_max"], 0.05, s["radii"], **legacy),
+                  "adaptive": Adaptive(s["n0"], s["alpha"], s["n_max"], 0.05, 0.05, **legacy)}
     out = {}
     for mode, procedure in procedures.items():
         items = ((i, data[i][0], generator(s["seed"], mode, i)) for i in range(s["images"]))

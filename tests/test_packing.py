@@ -180,7 +180,7 @@ def test_bad_images_and_generators_are_refused_in_one_line():
     with pytest.raises(RsmoothError, match="batch_size must be >= 1"):
         list(smooth.stream(Certify(10, 10, 0.1), [], 0))
     with pytest.raises(RsmoothError, match=r"each item must be a \(key, image \[C x H x W\], torch.Generator or None\) "
-                                           r"triple, got Tensor"):
+                                           r"triple \(or with the label fourth\), got Tensor"):
         list(smooth.stream(Certify(10, 10, 0.1), [images(1)[0]], 64))
     with pytest.raises(RsmoothError, match="procedure must be a Predict, Certify, Sequential or Adaptive .* got str"):
         list(smooth.stream("certify", [(0, images(1)[0], None)], 64))

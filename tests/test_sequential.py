@@ -473,10 +473,15 @@ def test_warns_of_radii_beyond_reach():
     from rsmooth.engine.certify import _warn_small_n_max
 
     logs = []
-    _warn_small_n_max(200, 0.001, 0.25, [0.25, 0.75], logs.append)
+    _warn_small_n_max(200, 0.001, 0.25, [0.25, 0.75], logs.append, alpha_share=1.0)
     # all 200 votes for c_A: the lower bound is where the test of p stops rejecting
     lower = brentq(lambda p: float(log_lower_martingale(200, 200, p)) - math.log(1000), 0.5, 1 - 1e-12)
     r_max = 0.25 * norm.ppf(lower)
     assert len(logs) == 1 and f"{r_max:.4g}" in logs[0] and "radii 0.75 are never certified" in logs[0]
     _warn_small_n_max(100_000, 0.001, 0.25, [0.25, 0.75], logs.append)
     assert len(logs) == 1
+    # the default alpha split: the larger of the anytime bound at half of alpha and Clopper-Pearson's
+    # at the other half, (alpha / 2)^(1/n) with every vote for c_A
+    _warn_small_n_max(200, 0.001, 0.25, [0.25, 0.75], logs.append, alpha_share=0.5)
+    r_max = 0.25 * norm.ppf(max(float(anytime_lower(200, 200, 0.0005)), 0.0005 ** (1 / 200)))
+    assert len(logs) == 2 and f"{r_max:.4g}" in logs[1]

@@ -52,6 +52,18 @@ def _add_mode(sub: argparse._SubParsersAction, name: str, helptext: str) -> None
                    "OUT stopped part-way is continued: each shard starts with the rows of its share that "
                    "OUT holds (default: none, one job certifies the whole subset)")
     if name == "certify":
+        c.add_argument("--skip-wrong", action="store_true",
+                       help="stop an example after its --n0 selection samples when the class they pick is not its "
+                       "label: it counts at no radius whatever more samples show, so the certified-accuracy table "
+                       "and ACR equal a full run's at a fraction of the cost; its row is predict c_A, radius 0, "
+                       "correct 0 (OUT.seq: decisions 'skipped'); recorded in OUT.json (default: certify every "
+                       "example to the end)")
+        c.add_argument("--two-sided", action="store_true",
+                       help="bound the runner-up's probability p_B above as well as p_A below (each at --alpha/2) "
+                       "and certify sigma/2 (Phi^-1(p_A) - Phi^-1(p_B)) (the noise's radius of both; Cohen et al. "
+                       "2019, Thm. 1): larger where the other classes share the rest of the votes, slightly smaller "
+                       "where every vote is for c_A; with --sequential/--adaptive OUT.seq adds n_b and p_b_upper; "
+                       "recorded in OUT.json (default: one-sided, p_B = 1 - p_A, as the papers report)")
         add_sequential_flags(c)
     add_corruption_flags(c)
     _add_diffusion_flags(c)
@@ -104,7 +116,7 @@ def _sequential_options(args: argparse.Namespace) -> Dict[str, Any]:
         raise RsmoothError("--sequential and --adaptive exclude each other: decide given --radii, or estimate "
                            "each radius to --radius-tol")
     if not (seq or adaptive):
-        for flag in ("--radii", "--n-max", "--radius-tol", "--futility"):
+        for flag in ("--radii", "--n-max", "--radius-tol", "--futility", "--alpha-share"):
             if getattr(args, flag[2:].replace("-", "_"), None) is not None:
                 raise RsmoothError(f"{flag} goes with --sequential or --adaptive; add one of them or drop {flag}")
         return {"mode": args.mode, "n": DEFAULT_N if args.n is None else args.n}
@@ -119,7 +131,7 @@ def _sequential_options(args: argparse.Namespace) -> Dict[str, Any]:
     if seq and args.radii is None:
         raise RsmoothError("--sequential needs the radii to decide: add --radii R [R ...] (e.g. --radii 0.25 0.5 0.75)")
     out: Dict[str, Any] = {"mode": "sequential" if seq else "adaptive", "radii": args.radii}
-    for key in ("n_max", "radius_tol", "futility"):
+    for key in ("n_max", "radius_tol", "futility", "alpha_share"):
         if getattr(args, key) is not None:
             out[key] = getattr(args, key)
     return out

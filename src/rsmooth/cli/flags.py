@@ -250,6 +250,10 @@ def add_certify_options(p: argparse.ArgumentParser, mode: str) -> None:
                    "when faster and its votes equal NCHW's; recorded in OUT.json)")
 
 
+#: smoothing.sequential.ALPHA_SHARE as the help writes it (not imported: the CLI starts without numpy)
+ALPHA_SHARE_TEXT = "0.5"
+
+
 def add_sequential_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "sequential certification", "draw samples in growing batches until the answer is known, bounding p_A "
@@ -284,6 +288,12 @@ def add_sequential_flags(p: argparse.ArgumentParser) -> None:
                    help="with --sequential or --adaptive: level of the upper bound that gives up radii (or radius "
                    "gains) its lower bound would not reach with --n-max samples; the chance of giving up one it "
                    "would reach is at most 2 * BETA. Never affects a certificate's validity (default: 0.05; below 1/e)")
+    g.add_argument("--alpha-share", type=number, metavar="S",
+                   help="with --sequential or --adaptive: the share of --alpha spent on the anytime bound, which "
+                   "decides the easy radii early; the rest goes to Clopper-Pearson over all --n-max samples where a "
+                   "radius is still open at the cap (a union bound), so little of what fixed certify --n N_MAX "
+                   "certifies is given up; 1: the anytime bound alone (runs made before this option); recorded in "
+                   "OUT.json (default: the continued file's, else " + ALPHA_SHARE_TEXT + ")")
     p.set_defaults(n=None)  # an --n given is told from the default: these modes draw up to --n-max
 
 

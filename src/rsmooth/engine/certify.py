@@ -18,6 +18,7 @@ write what each example used (samples, bounds, decisions) to a second file, ``OU
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import time
 from dataclasses import dataclass
@@ -34,11 +35,11 @@ from ..paths import check_output_file
 from ..smoothing import Smooth, clopper_pearson_lower, validate_alpha, validate_count, validate_precision, validate_sigma
 from ..smoothing.noises import DEFAULT_NOISE, NOISES, Noise, make_noise, noise_from_spec
 from ..smoothing.packing import NOISE_BLOCK
-from ..smoothing.procedures import Adaptive, Certify, Predict, Procedure, Sequential
+from ..smoothing.procedures import Adaptive, Certify, Predict, Procedure, Sequential, Skipped
 from ..smoothing.tuning import Tuning, fastest, sample_rate
-from ..smoothing.sequential import (CONFIDENCE_SEQUENCE, FUTILITY, SequentialCertificate, largest_radius,
-                                    validate_futility, validate_radii, validate_radius_tol,
-                                    validate_sequential_alpha)
+from ..smoothing.sequential import (ALPHA_SHARE, CONFIDENCE_SEQUENCE, FUTILITY, LEGACY_SHARE,
+                                    SequentialCertificate, largest_radius, validate_futility, validate_radii, validate_radius_tol,
+                                    validate_sequential_alpha, validate_share)
 from . import distributed
 from .checkpoint import (LoadedModel, file_sha256, git_commit, load_model, resolve_checkpoint_path,
                          resolve_device, versions)
@@ -112,6 +113,10 @@ class CertifyJob:
     diffusion_rounding: str = "up"  # t*: the first step at or above 2 sigma (the authors') or "nearest"
     diffusion_noise: str = "step"  # D's input at the step's own level (the authors') or at "sigma"
     classifier_input: Optional[str] = None  # resize/normalise before the classifier (models/adapter.py)
+    skip_wrong: bool = False  # stop an example after its n0 samples when c_A is not its label (certify modes)
+    two_sided: bool = False  # bound the runner-up's p_B too (p_A and p_B at alpha/2 each)
+    alpha_share: Optional[float] = None  # sequential: alpha's share on the anytime bounds; None: the file's, else
+    # ALPHA_SHARE
 
     def __post_init__(self) -> None:
         for key, value in {**self._checked_sampling(), **self._checked_run()}.items():
@@ -144,6 +149,13 @@ class CertifyJob:
                                f"for certify (default 100000)")
             v["futility"] = validate_futility(self.futility)
         v["radius_tol"] = validate_radius_tol(self.radius_tol) if mode == "adaptive" else None
+        check(not (self.skip_wrong and mode == "predict"), f"{setting('skip_wrong', True)} stops an example after "
+                                                           f"its n0 selection samples; predict draws none: drop it")
+        v["skip_wrong"] = bool(self.skip_wrong)
+        v["two_sided"] = bool(self.two_sided)
+        check(self.alpha_share is None or sequential, f"{setting('alpha_share')} goes with the sequential modes "
+                                                      f"(how their alpha is split); drop it")
+        v["alpha_share"] = None if self.alpha_share is None else validate_share(self.alpha_share)
         v["alpha"] = validate_sequential_alpha(self.alpha) if sequential else validate_alpha(self.alpha)
         return v
 
@@ -223,6 +235,9 @@ def run_certification(
     diffusion_rounding: str = "up",
     diffusion_noise: str = "step",
     classifier_input: Optional[str] = None,
+    skip_wrong: bool = False,
+    two_sided: bool = False,
+    alpha_share: Optional[float] = None,
 ) -> Path:
     """Certify (or predict) the ``split`` examples ``start, start+skip, ...``, at most ``max``.
 
@@ -272,6 +287,25 @@ def run_certification(
     defaults are the authors': :class:`rsmooth.models.diffusion.DiffusionDenoiser`).
     ``classifier_input`` (``"size=512,mode=bicubic,mean=0.5,std=0.5"``) resizes and normalises
     what the classifier gets (:func:`rsmooth.models.adapter.parse_classifier_input`).
+
+    ``skip_wrong`` (certify and the sequential modes): an example whose n0 selection samples pick a
+    class c_A other than its label stops there.  Such an example counts at no radius whatever more
+    samples show (the certificate is c_A, wrong, or an abstention), so the certified-accuracy table
+    and ACR are exactly those of running every example to the end, at a fraction of the cost; its
+    row is predict c_A, radius 0, correct 0 (its OUT.seq row: the n0 samples and the decisions
+    ``skipped``), and the sidecar records ``skip_wrong``.  Use it where only the table is wanted:
+    the rows of wrong predictions lose their radius.
+
+    ``two_sided`` (every mode but predict): bound p_A below and the runner-up's p_B above, each at
+    alpha/2 (Bonferroni), and certify the noise's radius of both (Cohen et al.'s Theorem 1:
+    sigma/2 (Phi^-1(p_A) - Phi^-1(p_B)) for Gaussian noise): larger where the other classes share
+    the rest, slightly smaller where every vote is for c_A; the TSV keeps its columns, OUT.seq
+    adds ``n_b`` and ``p_b_upper``, the sidecar records ``two_sided``.  ``alpha_share`` (sequential
+    modes): the share of alpha spent on the anytime bounds, which decide the easy radii early; the
+    rest goes to Clopper-Pearson over all n_max samples where a radius is still open at the cap
+    (a union bound; :func:`~rsmooth.smoothing.sequential.split_levels`).  Default: the share of
+    the file being continued (runs made before the split: 1, the anytime bound alone), else
+    :data:`~rsmooth.smoothing.sequential.ALPHA_SHARE`; recorded in the sidecar.
 
     The keywords are the fields of :class:`CertifyJob`: this is ``CertifyJob(...).run()``.
 
@@ -325,11 +359,14 @@ class Resolved:
         def items():
             for i in indices:
                 x, labels[i] = self.data[i]
-                yield i, x, generator(job.seed, job.mode, i, device=self.device)
+                yield (i, x, generator(job.seed, job.mode, i, device=self.device),
+                       *([int(labels[i])] if job.skip_wrong else []))
 
         for i, result, seconds in self.smooth.stream(procedure, items(), self.batch_size):
-            cert = result if isinstance(result, SequentialCertificate) else None
-            if cert is not None:
+            cert = result if isinstance(result, (SequentialCertificate, Skipped)) else None
+            if isinstance(result, Skipped):  # c_A is not the label: no radius, whatever more samples show
+                pred, radius = result.c_a, 0.0
+            elif cert is not None:
                 pred, radius = cert.prediction, cert.radius
             else:
                 pred, radius = result if job.mode == "certify" else (result, 0.0)
@@ -338,11 +375,26 @@ class Resolved:
 
 def procedure_of(job: CertifyJob) -> Procedure:
     """What each example of ``job`` runs: its mode with its settings."""
+    kw = {"skip_wrong": job.skip_wrong, "two_sided": job.two_sided}
+    share = {"alpha_share": ALPHA_SHARE if job.alpha_share is None else job.alpha_share}
     if job.mode == "sequential":
-        return Sequential(job.n0, job.alpha, job.n_max, job.futility, job.radii)
+        return Sequential(job.n0, job.alpha, job.n_max, job.futility, job.radii, **kw, **share)
     if job.mode == "adaptive":
-        return Adaptive(job.n0, job.alpha, job.n_max, job.futility, job.radius_tol)
-    return Certify(job.n0, job.n, job.alpha) if job.mode == "certify" else Predict(job.n, job.alpha)
+        return Adaptive(job.n0, job.alpha, job.n_max, job.futility, job.radius_tol, **kw, **share)
+    return Certify(job.n0, job.n, job.alpha, **kw) if job.mode == "certify" else Predict(job.n, job.alpha)
+
+
+def continued_share(job: CertifyJob, shard: Optional[Shard]) -> Optional[float]:
+    """The alpha share of a sequential job: the job's, else that of the file it continues (OUT or
+    its shard, of the same mode; a sidecar written before the split records none: 1, the anytime
+    bound alone), else None (the default, ALPHA_SHARE)."""
+    if not job.sequential or job.alpha_share is not None or job.overwrite:
+        return job.alpha_share
+    for path in ([shard_path(job.out, shard)] if shard else []) + [Path(job.out)]:
+        old = read_sidecar(path) if path.is_file() else None
+        if old is not None and old.get("mode") == job.mode:
+            return float(old.get("alpha_share", LEGACY_SHARE))
+    return None
 
 
 def resolve(job: CertifyJob) -> Resolved:
@@ -357,6 +409,7 @@ def resolve(job: CertifyJob) -> Resolved:
     dev = distributed.rank_device(resolve_device(job.device), world)
     for out in [job.out] + ([] if shard is None else [str(shard_path(job.out, shard))]):
         _check_out(out, resolve_checkpoint_path(job.checkpoint), job.overwrite)
+    job = dataclasses.replace(job, alpha_share=continued_share(job, shard))  # the continued file's rule
     loaded = job.load()
     if job.sigma is not None and world.main:
         _warn_other_sigma(loaded, job.sigma)
@@ -367,7 +420,7 @@ def resolve(job: CertifyJob) -> Resolved:
     if job.mode == "certify":
         _warn_small_n(job.n, job.alpha, noise, log)
     elif job.sequential:
-        _warn_small_n_max(job.n_max, job.alpha, noise, job.radii, log)
+        _warn_small_n_max(job.n_max, job.alpha, noise, job.radii, log, job.two_sided, job.alpha_share)
     model, diffusion = with_diffusion(loaded.model.to(dev), job.diffusion, sigma, loaded.dataset,
                                       steps=job.diffusion_steps, other_dataset=job.diffusion_other_dataset,
                                       rounding=job.diffusion_rounding, noise=job.diffusion_noise,
@@ -403,8 +456,10 @@ def _identity(job: CertifyJob, loaded: LoadedModel, data: "Dataset", smooth: Smo
         **smooth.noise.spec(), "norm": smooth.noise.norm, "n0": job.n0 if job.mode != "predict" else None, "n": job.n, "alpha": job.alpha,
         "batch_size": tuning.batch_size, "noise_block": NOISE_BLOCK, "tuning": tuning.record(),
         **({"radii": job.radii, "n_max": job.n_max, "radius_tol": job.radius_tol, "futility": job.futility,
-            "confidence_sequence": CONFIDENCE_SEQUENCE}
+            "confidence_sequence": CONFIDENCE_SEQUENCE,
+            "alpha_share": ALPHA_SHARE if job.alpha_share is None else job.alpha_share}
            if job.sequential else {}),
+        "skip_wrong": job.skip_wrong, "two_sided": job.two_sided,
         "start": job.start, "skip": job.skip, "max": job.max, "num_examples": len(indices), "seed": job.seed,
         **smooth.mode(), "checkpoint": str(loaded.path), "checkpoint_sha256": file_sha256(loaded.path),
         "arch": loaded.arch, "method": loaded.meta.get("method"),
@@ -495,7 +550,7 @@ def _continue_as_shards(r: Resolved, shards: Sequence[Tuple[int, int]]) -> None:
             write_sidecar(path, {**meta, "started": old.get("started", meta["started"]), "sessions": sessions,
                                  "complete": False})  # first: a kill before the TSV starts over
             if r.job.sequential:
-                write_seq_rows(sequential_path(path), [(i, seq[i]) for i, _ in mine if i in seq])
+                write_seq_rows(sequential_path(path), [(i, seq[i]) for i, _ in mine if i in seq], r.job.two_sided)
             atomic_write_bytes(path, "".join([TSV_HEADER + "\n", *(line for _, line in mine)]).encode("utf-8"))
             r.log(f"{path}: continues {r.out}, which holds {len(mine)} of its {len(share)} examples")
 
@@ -550,7 +605,9 @@ def summary_line(out: Union[str, Path]) -> str:
     if mode != "predict":
         line += f", ACR {acr(res.radius, res.correct):.3f}"
     if mode == "adaptive" and all(isinstance(meta.get(k), (int, float)) for k in ("n_max", "alpha", "sigma")):
-        line += f"; certifiable radii up to {largest_radius(meta['n_max'], meta['alpha'], noise_from_spec(meta)):.3g}"
+        top = largest_radius(meta["n_max"], meta["alpha"], noise_from_spec(meta), meta.get("alpha_share", LEGACY_SHARE),
+                             bool(meta.get("two_sided")))
+        line += f"; certifiable radii up to {top:.3g}"
     return line
 
 
@@ -596,7 +653,7 @@ def _certify_into(r: Resolved, out_path: Path, indices: List[int], meta: dict,
             adopt_legacy(out_path)  # OUT.seq.tsv of an earlier version
         resume = _start_sidecar(out_path, meta, r.job.overwrite)
         with CertifyWriter(out_path, resume=resume) as writer, contextlib.ExitStack() as stack:
-            seq = (stack.enter_context(SeqWriter(sequential_path(out_path), writer.done_indices))
+            seq = (stack.enter_context(SeqWriter(sequential_path(out_path), writer.done_indices, r.job.two_sided))
                    if sequential else None)
             todo = [i for i in indices if i not in writer.done_indices]
             if resume and writer.done_indices:
@@ -619,7 +676,7 @@ def _certify_into(r: Resolved, out_path: Path, indices: List[int], meta: dict,
                     seq.write(i, cert)
                 writer.write(i, label, pred, radius, pred == label, seconds)
                 beat.update(1, samples)
-        sort_rows(out_path, sequential)  # packing completes examples out of order
+        sort_rows(out_path, sequential, r.job.two_sided)  # packing completes examples out of order
         meta["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
         write_sidecar(out_path, {**meta, "complete": True})
     return len(todo) if count_todo else out_path
@@ -684,10 +741,11 @@ def _warn_small_n(n: int, alpha: float, noise: Noise, log: Callable[[str], None]
 
 
 def _warn_small_n_max(n_max: int, alpha: float, noise: Noise, radii: Optional[Sequence[float]],
-                      log: Callable[[str], None]) -> None:
+                      log: Callable[[str], None], two_sided: bool = False,
+                      alpha_share: Optional[float] = None) -> None:
     """Say which radii no example can reach: with every one of n_max samples a vote for c_A, the
     anytime lower bound certifies at most the radius of its bound (sigma * Phi^-1(lower), Gaussian)."""
-    r_max = largest_radius(n_max, alpha, noise)
+    r_max = largest_radius(n_max, alpha, noise, ALPHA_SHARE if alpha_share is None else alpha_share, two_sided)
     beyond = [r for r in radii or () if r >= r_max]
     if beyond or r_max <= 0:
         log(f"warning: with n_max={n_max} and alpha={alpha} the largest certifiable radius is {r_max:.4g}"

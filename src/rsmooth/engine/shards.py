@@ -36,12 +36,13 @@ Shard = Tuple[int, int]
 PathLike = Union[str, Path]
 #: sidecar fields that must agree for a run to continue an existing TSV, and for shards to merge
 RUN_IDENTITY = ("mode", "dataset", "corruption", "split", "noise", "sigma", "noise_params", "n0", "n", "alpha",
+                "skip_wrong", "two_sided", "alpha_share",
                 "start", "skip", "max", "seed", "checkpoint_sha256", "precision",
                 "radii", "n_max", "radius_tol", "futility", "confidence_sequence",  # these five: sequential modes
                 "diffusion", "diffusion_sha256", "diffusion_t", "diffusion_steps", "diffusion_noise",
                 "diffusion_timestep_scale", "classifier_input")  # these: engine/diffusion.py
 #: the value of an identity field that sidecars written before it existed lack
-_IDENTITY_DEFAULTS = {"start": 0, "corruption": None, "noise": "gaussian"}
+_IDENTITY_DEFAULTS = {"start": 0, "corruption": None, "noise": "gaussian", "skip_wrong": False, "two_sided": False, "alpha_share": 1.0}
 #: sidecar fields of a certify shard that the merged file does not have
 SHARD_FIELDS = ("shard", "subset_size")
 #: errors of creating a lock beside a shard that mean "this folder cannot be written here"
@@ -389,7 +390,7 @@ def certify_so_far(out: PathLike) -> Tuple[Optional[CertifyResult], Optional[dic
     return CertifyResult(**{c: v[first_seen] for c, v in cols.items()}, path=out), {**meta, "complete": False}
 
 
-def sort_rows(out: Path, sequential: bool) -> None:
+def sort_rows(out: Path, sequential: bool, two_sided: bool = False) -> None:
     """Rewrite ``out`` (and its OUT.seq) with the rows sorted by idx, as a merge writes them
     (packed certification completes examples out of order); atomic, nothing when already sorted."""
     lines = out.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -397,7 +398,7 @@ def sort_rows(out: Path, sequential: bool) -> None:
     if idx == sorted(idx):
         return
     if sequential:
-        write_seq_rows(sequential_path(out), sorted(seq_rows(sequential_path(out))))
+        write_seq_rows(sequential_path(out), sorted(seq_rows(sequential_path(out))), two_sided)
     rows = sorted(zip(idx, (ln if ln.endswith("\n") else ln + "\n" for ln in lines[1:] if ln.strip())))
     atomic_write_bytes(out, "".join([lines[0], *(ln for _, ln in rows)]).encode("utf-8"))
 
@@ -423,7 +424,7 @@ def _join_certify(out: Path, shards: List[Tuple[Path, dict]]) -> Tuple[dict, Cal
 
     def write() -> None:
         if sequential:
-            write_seq_rows(sequential_path(out), seq)
+            write_seq_rows(sequential_path(out), seq, bool(first.get("two_sided")))
             legacy_sequential_path(out).unlink(missing_ok=True)  # an earlier version's, now stale
         atomic_write_bytes(out, "".join([TSV_HEADER + "\n"] + [line for _, line in rows]).encode("utf-8"))
 

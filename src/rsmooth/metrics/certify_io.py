@@ -41,6 +41,8 @@ TSV_HEADER = "\t".join(TSV_COLUMNS)
 
 #: the columns of the per-example file of ``certify --sequential/--adaptive`` (``OUT.seq``)
 SEQ_COLUMNS = ("idx", "c_a", "samples", "n", "n_a", "p_lower", "p_upper", "capped", "decisions")
+#: those of a two-sided run: also the runner-up's votes and its upper bound
+SEQ_COLUMNS_TWO_SIDED = SEQ_COLUMNS + ("n_b", "p_b_upper")
 
 
 def is_sequential_file(path: PathLike) -> bool:
@@ -48,7 +50,7 @@ def is_sequential_file(path: PathLike) -> bool:
     ``OUT.seq.tsv`` of an earlier version that a ``*.tsv`` glob picked up."""
     try:
         with open(path, encoding="utf-8") as f:
-            return f.readline().rstrip("\r\n") == "\t".join(SEQ_COLUMNS)
+            return f.readline().rstrip("\r\n") in ("\t".join(SEQ_COLUMNS), "\t".join(SEQ_COLUMNS_TWO_SIDED))
     except (OSError, UnicodeDecodeError):
         return False
 

@@ -142,7 +142,9 @@ def adaptive_limit(meta: Optional[dict]) -> Optional[float]:
     from ..smoothing.sequential import largest_radius
 
     n_max, alpha, sigma = values
-    return largest_radius(int(n_max), alpha, noise_from_spec({**meta, "sigma": sigma}))
+    share = number_from_meta(meta, "alpha_share")
+    return largest_radius(int(n_max), alpha, noise_from_spec({**meta, "sigma": sigma}),
+                          1.0 if share is None else share, bool(meta.get("two_sided")))
 
 
 def decides(meta: Optional[dict], radius: float) -> bool:

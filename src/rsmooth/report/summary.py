@@ -303,7 +303,8 @@ def analyze(paths: Sequence[PathLike], radii: Radii = None, fmt: str = "markdown
     if plot is not None:
         plot_certified_accuracy(summaries, plot)
     rows, paper_notes = paper_rows_for([s.meta for s in summaries], paper) if paper is not None else ([], [])
-    notes = ([side_file_note(skipped)] if skipped else []) + incomplete_notes(summaries) + sequential_notes(summaries)
+    notes = (([side_file_note(skipped)] if skipped else []) + incomplete_notes(summaries) + sequential_notes(summaries)
+             + certificate_notes(summaries))
     if as_json:
         out = to_json(summaries)
         with_ci = [s for s in summaries if s.ci]  # a file may have no radius it decided
@@ -318,6 +319,22 @@ def analyze(paths: Sequence[PathLike], radii: Radii = None, fmt: str = "markdown
                 for r in rows]}
         return json.dumps(out, indent=2)
     return format_table(summaries, fmt=fmt, paper_rows=rows, notes=[*paper_notes, *notes])
+
+
+def certificate_notes(summaries: Sequence[FileSummary]) -> List[str]:
+    """Which certificate a file used where it is not Cohen et al.'s one-sided CERTIFY run to the end
+    (issue 39): two-sided radii (p_B bounded too), wrong predictions skipped after n0 samples."""
+    notes = []
+    for s in summaries:
+        meta = s.meta or {}
+        if meta.get("two_sided"):
+            notes.append(f"{s.label}: two-sided certificates (p_A lower and the runner-up's p_B upper at alpha/2 "
+                         f"each, --two-sided): not the papers' one-sided radii.")
+        if meta.get("skip_wrong"):
+            notes.append(f"{s.label}: --skip-wrong: examples whose n0 samples picked another class than the label "
+                         f"stopped there (radius 0, wrong); certified accuracy and ACR are those of a full run, "
+                         f"the smoothed accuracy's abstentions are not.")
+    return notes
 
 
 def sequential_notes(summaries: Sequence[FileSummary]) -> List[str]:

@@ -37,7 +37,8 @@ def row_results(spec: TableSpec, out: Path, seeds: Sequence[int]) -> List[Dict[i
                               "acr_se": _standard_error(res.radius * res.correct),
                               "accuracy": {float(r): float(a) for r, a in zip(spec.radii, acc)},
                               "constant": constant_prediction(res.predict, res.label),
-                              "complete": bool(meta.get("complete")), "of": meta.get("num_examples")}
+                              "complete": bool(meta.get("complete")), "of": meta.get("num_examples"),
+                              "two_sided": bool(meta.get("two_sided"))}
         results.append(per_seed)
     return results
 
@@ -53,6 +54,8 @@ def _ours(per_seed: Dict[int, Dict[str, Any]], seeds: Sequence[int]) -> str:
     if running:
         of = sum(s["of"] or s["examples"] for s in running)
         label += f", so far ({sum(s['examples'] for s in running):,} of {of:,} examples)"
+    if any(s.get("two_sided") for s in per_seed.values()):  # issue 39: not the papers' one-sided radii
+        label += ", two-sided"
     return label
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Hashable, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Deque, Hashable, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -38,8 +38,10 @@ NOISE_BLOCK = 256
 #: rounds differently from the same rows in a larger batch
 MIN_ROWS = 16
 
-#: (key, image [C x H x W], generator) of one image to certify
-Item = Tuple[Hashable, torch.Tensor, Optional[torch.Generator]]
+#: (key, image [C x H x W], generator) of one image to certify, or (key, image, generator, label)
+#: where its label is known (a procedure's ``skip_wrong`` reads it)
+Item = Union[Tuple[Hashable, torch.Tensor, Optional[torch.Generator]],
+             Tuple[Hashable, torch.Tensor, Optional[torch.Generator], Optional[int]]]
 
 
 @dataclass(eq=False)
@@ -161,9 +163,9 @@ class Packer:
         return True
 
     def _admit(self, procedure: Procedure, item: Item, slot: int) -> None:
-        key, x, generator = item
+        key, x, generator, *label = item
         x = self.check_image(x)
-        task = _Task(key, x, generator, procedure.steps(self.noise), slot)
+        task = _Task(key, x, generator, procedure.steps(self.noise, *label), slot)
         task.ask(next(task.steps))
         self._tasks.append(task)
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, List, Sequence, Tuple, Union
+from typing import Any, Callable, Generator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -58,6 +58,14 @@ NoiseLike = Union[float, Noise]
 
 #: default beta: the level of the upper bound that decides when a radius is not worth more samples
 FUTILITY = 0.05
+#: default share of alpha on the anytime bounds (the rest: Clopper-Pearson over all n_max samples
+#: where a radius is still open at the cap; :func:`split_levels`).  Measured (bench/alpha_split.py,
+#: BENCHMARKS.md; n_max 100,000, alpha 0.001): where fixed CERTIFY certifies a radius 90% of the
+#: time the sequence gives up 5% of those (63% with the anytime bound alone; 2.4% at share 0.25),
+#: and with every vote for c_A it certifies 3 sigma after 1.10x the samples (1.21x at 0.25)
+ALPHA_SHARE = 0.5
+#: the share of runs made before the split (sidecars without ``alpha_share``)
+LEGACY_SHARE = 1.0
 #: estimation samples before the first look, and the factor by which the sample size grows
 #: between looks (the checks are at ceil(FIRST_LOOK * GROWTH^k), capped at n_max); looking more
 #: often costs no validity, only the few milliseconds of computing the bounds
@@ -181,10 +189,14 @@ def check_points(n_max: int) -> List[int]:
 class Bounds:
     """Where a sequence stands after ``n`` estimation samples, ``n_a`` of them votes for c_A.
 
-    ``lower``: the running maximum of LB_t (level alpha; the certificate); ``upper``: the running
-    minimum of UB_t (level beta); ``projected``: the lower bound n_max samples would give if the
-    remaining votes came at the upper beta-quantile of Binomial(n_max - n, upper).  ``upper`` and
-    ``projected`` only steer stopping.
+    ``lower``: the running maximum of LB_t (level alpha; the certificate), with the alpha split
+    (``share`` < 1, :func:`split_levels`) also the Clopper-Pearson bound of all n_max samples once
+    they are drawn; ``upper``: the running minimum of UB_t (level beta); ``projected``: the lower
+    bound n_max samples would give if the remaining votes came at the upper beta-quantile of
+    Binomial(n_max - n, upper) (by the test used at the cap).  ``upper`` and ``projected`` only
+    steer stopping.  Two-sided (:func:`two_sided_bounds` of procedures): ``n_b`` the runner-up's
+    votes and ``upper_b`` its upper bound (running minimum, level alpha/2 like the lower bound's,
+    at most 1 - ``lower``); one-sided: 0 and 1 - ``lower``'s complement is used instead (1 here).
     """
 
     n: int
@@ -192,12 +204,16 @@ class Bounds:
     lower: float
     upper: float
     projected: float
+    n_b: int = 0
+    upper_b: float = 1.0
 
 
 @dataclass(frozen=True)
 class Look:
     """A request for the bounds after ``n`` estimation samples, ``n_a`` of them votes for c_A, given
-    the running ``lower`` and ``upper`` of the earlier looks (:func:`settle_looks` answers it)."""
+    the running ``lower`` and ``upper`` of the earlier looks (:func:`settle_looks` answers it);
+    ``share`` of alpha on the anytime bounds (the rest at the cap, :func:`split_levels`) and, when
+    ``two_sided``, the runner-up's ``n_b`` votes and running ``upper_b``."""
 
     n: int
     n_a: int
@@ -206,6 +222,30 @@ class Look:
     alpha: float
     n_max: int
     futility: float
+    share: float = 1.0
+    two_sided: bool = False
+    n_b: int = 0
+    upper_b: float = 1.0
+
+
+def split_levels(alpha: float, share: float, two_sided: bool) -> Tuple[float, float]:
+    """(level of each anytime bound, level of each Clopper-Pearson bound at n_max): alpha is split
+    between p_A's lower bound and, two-sided, p_B's upper bound (alpha/2 each), and each half (or
+    the whole) between the anytime bound (``share``) and the fixed-n bound on all n_max samples
+    (1 - ``share``; 0 when ``share`` = 1, the rule before issue 39).  Valid by the union bound
+    whatever the stopping rule: the fixed-n bound of the first n_max votes errs with probability
+    <= its level whether or not they are all drawn, and is used only when they are."""
+    half = alpha / 2 if two_sided else alpha
+    return share * half, (1.0 - share) * half
+
+
+def _cp_lower(k, n, level):
+    """Clopper-Pearson lower bounds (vectorised, real k allowed; 0 at k = 0)."""
+    from scipy.stats import beta
+
+    k = np.asarray(k, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.where(k > 0, beta.ppf(level, np.maximum(k, 1e-300), n - k + 1), 0.0)
 
 
 def settle_looks(looks: Sequence[Look]) -> List[Bounds]:
@@ -216,34 +256,56 @@ def settle_looks(looks: Sequence[Look]) -> List[Bounds]:
     out: List[Bounds] = [None] * len(looks)  # type: ignore[list-item]
     groups: dict = {}
     for k, look in enumerate(looks):
-        groups.setdefault((look.alpha, look.n_max, look.futility), []).append(k)
-    for (alpha, n_max, futility), ks in groups.items():
+        groups.setdefault((look.alpha, look.n_max, look.futility, look.share, look.two_sided), []).append(k)
+    for (alpha, n_max, futility, share, two_sided), ks in groups.items():
+        any_level, cap_level = split_levels(alpha, share, two_sided)
         n = np.array([looks[k].n for k in ks], dtype=np.float64)
         n_a = np.array([looks[k].n_a for k in ks], dtype=np.float64)
         upper = np.minimum([looks[k].upper for k in ks], anytime_upper(n_a, n, futility))
         future = np.where(n < n_max, binom.ppf(1 - futility, n_max - n, upper), 0.0)
-        both = anytime_lower(np.concatenate([n_a, n_a + future]), np.concatenate([n, np.full_like(n, n_max)]), alpha)
+        both = anytime_lower(np.concatenate([n_a, n_a + future]), np.concatenate([n, np.full_like(n, n_max)]),
+                             any_level)
         lower = np.maximum([looks[k].lower for k in ks], both[:len(ks)])
-        projected = np.maximum(lower, both[len(ks):])
+        projected = both[len(ks):]
+        if cap_level > 0:  # the fixed-n bound at the cap: used there, and what the projection aims at
+            lower = np.where(n >= n_max, np.maximum(lower, _cp_lower(n_a, n_max, cap_level)), lower)
+            projected = np.maximum(projected, _cp_lower(n_a + future, n_max, cap_level))
+        projected = np.maximum(lower, projected)
+        n_b = np.array([looks[k].n_b for k in ks], dtype=np.float64)
+        upper_b = np.ones_like(n)
+        if two_sided:
+            upper_b = np.minimum([looks[k].upper_b for k in ks], anytime_upper(n_b, n, any_level))
+            if cap_level > 0:
+                upper_b = np.where(n >= n_max, np.minimum(upper_b, 1 - _cp_lower(n_max - n_b, n_max, cap_level)),
+                                   upper_b)
         for j, k in enumerate(ks):
-            out[k] = Bounds(looks[k].n, looks[k].n_a, float(lower[j]), float(upper[j]), float(projected[j]))
+            out[k] = Bounds(looks[k].n, looks[k].n_a, float(lower[j]), float(upper[j]), float(projected[j]),
+                            looks[k].n_b, float(upper_b[j]))
     return out
 
 
 def sequence_steps(alpha: float, n_max: int, done: Callable[[Bounds], bool], futility: float = FUTILITY,
-                   tally: Callable[[Any], int] = int) -> Generator[Union[int, Look], Any, Bounds]:
+                   tally: Callable[[Any], int] = int, *, alpha_share: float = 1.0,
+                   others: Optional[Callable[[Any], np.ndarray]] = None) -> Generator[Union[int, Look], Any, Bounds]:
     """The estimation samples of a sequence, as a generator: it yields how many fresh samples it
     needs (and receives what ``tally`` turns into the number of votes for c_A among them), then a
     :class:`Look` (and receives its :class:`Bounds`), until ``done(bounds)`` or ``n_max`` samples;
     it returns the last bounds.  Any ``done`` keeps the guarantee of :func:`anytime_lower` (it may
-    look at everything drawn so far)."""
+    look at everything drawn so far).  ``alpha_share``: of alpha on the anytime bounds
+    (:func:`split_levels`); ``others``: two-sided, turns the reply into the votes of every other
+    class (their running sums give the runner-up's ``n_b``)."""
     n = n_a = 0
-    lower, upper = 0.0, 1.0
+    lower, upper, upper_b = 0.0, 1.0, 1.0
+    rest: Any = 0
     for t in check_points(n_max):
-        n_a += int(tally((yield t - n)))
+        reply = yield t - n
+        n_a += int(tally(reply))
+        if others is not None:
+            rest = rest + np.asarray(others(reply), dtype=np.int64)
         n = t
-        bounds = yield Look(n, n_a, lower, upper, alpha, n_max, futility)
-        lower, upper = bounds.lower, bounds.upper
+        n_b = int(np.max(rest, initial=0)) if others is not None else 0
+        bounds = yield Look(n, n_a, lower, upper, alpha, n_max, futility, alpha_share, others is not None, n_b, upper_b)
+        lower, upper, upper_b = bounds.lower, bounds.upper, bounds.upper_b
         if done(bounds):
             break
     return bounds
@@ -286,21 +348,50 @@ def decide(bounds: Bounds, thresholds: Sequence[float]) -> Tuple[Decision, ...]:
                  else Decision.BEYOND_CAP if bounds.projected <= th else Decision.OPEN for th in thresholds)
 
 
-def radius_of(p: float, noise: NoiseLike) -> float:
-    """The radius a lower bound p certifies (sigma * Phi^-1(p) for Gaussian noise), clamped at 0."""
-    return float(max(as_noise(noise).radius(p), 0.0))
+def radius_of(p: float, noise: NoiseLike, p_upper: Optional[float] = None) -> float:
+    """The radius a lower bound p certifies (sigma * Phi^-1(p) for Gaussian noise), clamped at 0;
+    two-sided, with ``p_upper`` an upper bound on every other class (capped at 1 - p): the noise's
+    radius of both (sigma/2 (Phi^-1(p) - Phi^-1(p_upper)), Gaussian), 0 unless p > p_upper."""
+    noise = as_noise(noise)
+    if p_upper is None:
+        return float(max(noise.radius(p), 0.0))
+    q = min(p_upper, 1.0 - p)
+    return float(max(noise.radius(p, q), 0.0)) if p > q else 0.0
 
 
-def largest_radius(n_max: int, alpha: float, noise: NoiseLike) -> float:
+def largest_radius(n_max: int, alpha: float, noise: NoiseLike, share: float = 1.0, two_sided: bool = False) -> float:
     """The largest radius the sequential modes can certify with ``n_max`` estimation samples: that
-    of the anytime lower bound when every sample is a vote for c_A."""
-    return radius_of(float(anytime_lower(n_max, n_max, alpha)), noise)
+    of their lower bound at n_max (the anytime one, or with ``share`` < 1 Clopper-Pearson's) when
+    every sample is a vote for c_A (two-sided: and none for another class)."""
+    any_level, cap_level = split_levels(alpha, share, two_sided)
+    at_cap = float(_cp_lower(n_max, n_max, cap_level)) if cap_level else 0.0
+    p = max(float(anytime_lower(n_max, n_max, any_level)), at_cap)
+    if not two_sided:
+        return radius_of(p, noise)
+    q = min(float(anytime_upper(0, n_max, any_level)), 1 - at_cap if cap_level else 1.0)
+    return radius_of(p, noise, q)
 
 
-def radius_gain(bounds: Bounds, noise: NoiseLike) -> float:
+def radius_gain(bounds: Bounds, noise: NoiseLike, two_sided: bool = False) -> float:
     """How much the samples up to n_max could still raise the certified radius (with probability
-    >= 1 - 2 beta): the radius of the projected lower bound minus that of the lower bound."""
-    return radius_of(bounds.projected, noise) - radius_of(bounds.lower, noise)
+    >= 1 - 2 beta): the radius of the projected lower bound minus that of the lower bound (two-sided:
+    both with the runner-up's current upper bound, which only steers stopping here)."""
+    q = bounds.upper_b if two_sided else None
+    return radius_of(bounds.projected, noise, q) - radius_of(bounds.lower, noise, q)
+
+
+def decide_radii(bounds: Bounds, radii: Sequence[float], noise: NoiseLike, two_sided: bool = False,
+                 levels: Optional[Sequence[float]] = None) -> Tuple[Decision, ...]:
+    """The decision at each radius: one-sided, :func:`decide` at the thresholds (``levels``, else
+    computed); two-sided, by the radius of (lower, upper_b): robust where it exceeds r, "no" where
+    that of (upper, upper_b) is at most r, "cap" where that of (projected, upper_b) is (the futility
+    decisions use the runner-up's current bound as if final: they only steer stopping)."""
+    if not two_sided:
+        return decide(bounds, thresholds(radii, noise) if levels is None else levels)
+    q = bounds.upper_b
+    low, up, proj = (radius_of(p, noise, q) for p in (bounds.lower, bounds.upper, bounds.projected))
+    return tuple(Decision.ROBUST if low > r else Decision.NOT_CERTIFIABLE if up <= r
+                 else Decision.BEYOND_CAP if proj <= r else Decision.OPEN for r in radii)
 
 
 @dataclass(frozen=True)
@@ -313,7 +404,9 @@ class SequentialCertificate:
     samples selected; ``p_lower``: the lower bound on p_A at the stop (level alpha, 0 when p_A > 1/2
     is not established); ``p_upper``: the upper bound (level futility, which only steers
     stopping); ``capped``: all n_max estimation samples were drawn; ``decisions``: one per radius
-    (certify_sequential), empty for certify_adaptive.
+    (certify_sequential), empty for certify_adaptive; two-sided: ``n_b`` the runner-up's votes
+    among the n and ``p_b_upper`` its upper bound (level alpha/2, capped at 1 - p_lower; None
+    one-sided).
     """
 
     prediction: int
@@ -326,6 +419,8 @@ class SequentialCertificate:
     p_upper: float
     capped: bool
     decisions: Tuple[Decision, ...] = ()
+    n_b: Optional[int] = None
+    p_b_upper: Optional[float] = None
 
 
 def validate_radii(radii: Sequence[float]) -> Tuple[float, ...]:
@@ -345,6 +440,18 @@ def validate_radii(radii: Sequence[float]) -> Tuple[float, ...]:
 def validate_sequential_alpha(alpha: float) -> float:
     """alpha as a float, or a one-line error unless 0 < alpha < 1/2 (the lower bound's test needs it)."""
     return check_probability("alpha", alpha, "0.001", below=0.5, why=" for sequential certification")
+
+
+def validate_share(share: float) -> float:
+    """The share of alpha on the anytime bounds as a float, or a one-line error unless 0 < share <= 1
+    (1: the anytime bound alone, the rule before issue 39)."""
+    try:
+        value = float(share)
+    except (TypeError, ValueError):
+        raise RsmoothError(f"alpha_share must be a number in (0, 1] (e.g. {ALPHA_SHARE}), got {share!r}") from None
+    check(0 < value <= 1, f"alpha_share must be in (0, 1] (e.g. {ALPHA_SHARE}; 1: the anytime bound alone), "
+                          f"got {share!r}")
+    return value
 
 
 def validate_futility(beta: float) -> float:

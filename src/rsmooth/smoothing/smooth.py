@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import enum
 import math
+import numbers
 import warnings
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union, get_args
@@ -24,7 +25,7 @@ from .noises import Noise, as_noise
 from .stats import validate_count
 from .packing import Item, Packer
 from .procedures import ABSTAIN, Adaptive, Certify, Counts, Predict, Procedure, Sequential
-from .sequential import FUTILITY, SequentialCertificate
+from .sequential import ALPHA_SHARE, FUTILITY, SequentialCertificate
 
 
 #: Noisy samples per forward pass to pass as ``batch_size`` on CPU: within ~15% of the best
@@ -358,7 +359,10 @@ class Smooth:
                 or ``Adaptive`` (the settings of :meth:`predict`, :meth:`certify`,
                 :meth:`certify_sequential`, :meth:`certify_adaptive`).
             items: ``(key, x, generator)`` triples: any key, one image [C x H x W] in [0, 1], and
-                the ``torch.Generator`` (on the model's device) its noise is drawn from, or None.
+                the ``torch.Generator`` (on the model's device) its noise is drawn from, or None;
+                or ``(key, x, generator, label)``, the true class fourth (a procedure with
+                ``skip_wrong`` stops an image whose n0 samples select another class:
+                :class:`~rsmooth.smoothing.procedures.Skipped`).
             batch_size: noisy inputs per forward pass; results do not depend on it.
         Returns:
             an iterator of ``(key, result, seconds)``, one per image as it completes (not necessarily
@@ -395,11 +399,15 @@ class Smooth:
 
     def _checked_items(self, items: Iterable[Item]) -> Iterator[Item]:
         for item in items:
-            check(isinstance(item, (tuple, list)) and len(item) == 3, f"each item must be a (key, image [C x H x W], "
-                  f"torch.Generator or None) triple, got {type(item).__name__}")
-            key, x, generator = item
+            check(isinstance(item, (tuple, list)) and len(item) in (3, 4), f"each item must be a (key, image "
+                  f"[C x H x W], torch.Generator or None) triple (or with the label fourth), got {type(item).__name__}")
+            key, x, generator, *label = item
             _validate_generator(generator, self.device)
-            yield key, x, generator
+            check(not label or label[0] is None or (isinstance(label[0], numbers.Integral)
+                                                    and 0 <= int(label[0]) < self.num_classes),
+                  f"an item's label must be a class in 0..{self.num_classes - 1} or None, got {label[0]!r}"
+                  if label else "")
+            yield (key, x, generator, *label)
 
     def _one(self, x: torch.Tensor, procedure: Procedure, batch_size: int,
              generator: Optional[torch.Generator]) -> Any:
@@ -447,6 +455,8 @@ class Smooth:
         alpha: float,
         batch_size: int,
         generator: Optional[torch.Generator] = None,
+        *,
+        two_sided: bool = False,
     ) -> Tuple[int, float]:
         """CERTIFY (Cohen et al. 2019; Jeong & Shin 2020 Sec. 2.2): (class, l2 radius) or (ABSTAIN, 0.0).
 
@@ -462,6 +472,11 @@ class Smooth:
             alpha: failure probability (the papers: 0.001).
             batch_size: noisy samples per forward pass.
             generator: optional ``torch.Generator`` on the model's device.
+            two_sided: bound p_A below and the runner-up's p_B above, each at alpha/2, and
+                certify sigma/2 (Phi^-1(p_A) - Phi^-1(p_B)) (the noise's radius of both; Cohen
+                et al.'s Theorem 1) when p_A > p_B: larger where the other classes share the
+                rest (:class:`~rsmooth.smoothing.procedures.Certify` says why the runner-up of
+                the same votes is valid).  Default: Cohen et al.'s CERTIFY, p_B = 1 - p_A.
 
         Returns:
             ``(label, radius)``: the class c_A and the certified l2 radius in [0, 1] pixel
@@ -472,7 +487,7 @@ class Smooth:
             label, radius = smooth.certify(x, n0=100, n=10_000, alpha=0.001, batch_size=1000)
             ```
         """
-        return self._one(x, Certify(n0, n, alpha), batch_size, generator)
+        return self._one(x, Certify(n0, n, alpha, two_sided=two_sided), batch_size, generator)
 
     def certify_sequential(
         self,
@@ -484,6 +499,9 @@ class Smooth:
         batch_size: int = DEFAULT_BATCH_SIZE,
         generator: Optional[torch.Generator] = None,
         futility: float = FUTILITY,
+        *,
+        two_sided: bool = False,
+        alpha_share: float = ALPHA_SHARE,
     ) -> SequentialCertificate:
         """Decide robustness at each of ``radii``, drawing samples only until every answer is known.
 
@@ -510,6 +528,11 @@ class Smooth:
                 are checked do not depend on it).
             generator: optional ``torch.Generator`` on the model's device.
             futility: beta in (0, 1/e) (0.05).
+            two_sided: also bound the runner-up's p_B (anytime upper bound; p_A and p_B at
+                alpha/2 each) and certify the noise's radius of both, as :meth:`certify` does.
+            alpha_share: the share of alpha on the anytime bounds, in (0, 1]; the rest goes to
+                Clopper-Pearson over all n_max samples where the answer is still open at the cap
+                (:func:`~rsmooth.smoothing.sequential.split_levels`; 1: the anytime bound alone).
 
         Returns:
             a :class:`~rsmooth.smoothing.sequential.SequentialCertificate`: ``prediction``,
@@ -522,7 +545,7 @@ class Smooth:
             cert.prediction, cert.radius, cert.decisions
             ```
         """
-        procedure = Sequential(n0, alpha, n_max, futility, radii)
+        procedure = Sequential(n0, alpha, n_max, futility, radii, two_sided=two_sided, alpha_share=alpha_share)
         return self._one(x, procedure, batch_size, generator)
 
     def certify_adaptive(
@@ -535,6 +558,9 @@ class Smooth:
         batch_size: int = DEFAULT_BATCH_SIZE,
         generator: Optional[torch.Generator] = None,
         futility: float = FUTILITY,
+        *,
+        two_sided: bool = False,
+        alpha_share: float = ALPHA_SHARE,
     ) -> SequentialCertificate:
         """Certify the largest radius, drawing samples only until more cannot raise it by ``radius_tol``.
 
@@ -564,6 +590,11 @@ class Smooth:
             batch_size: noisy samples per forward pass.
             generator: optional ``torch.Generator`` on the model's device.
             futility: beta in (0, 1/e) (0.05).
+            two_sided: also bound the runner-up's p_B (anytime upper bound; p_A and p_B at
+                alpha/2 each) and certify the noise's radius of both, as :meth:`certify` does.
+            alpha_share: the share of alpha on the anytime bounds, in (0, 1]; the rest goes to
+                Clopper-Pearson over all n_max samples where the answer is still open at the cap
+                (:func:`~rsmooth.smoothing.sequential.split_levels`; 1: the anytime bound alone).
 
         Returns:
             a :class:`~rsmooth.smoothing.sequential.SequentialCertificate` whose ``radius`` is
@@ -574,7 +605,7 @@ class Smooth:
             cert = smooth.certify_adaptive(x, n0=100, alpha=0.001, radius_tol=0.05)
             ```
         """
-        procedure = Adaptive(n0, alpha, n_max, futility, radius_tol)
+        procedure = Adaptive(n0, alpha, n_max, futility, radius_tol, two_sided=two_sided, alpha_share=alpha_share)
         return self._one(x, procedure, batch_size, generator)
 
     def certify_batch(

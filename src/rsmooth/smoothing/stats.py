@@ -53,6 +53,19 @@ def clopper_pearson_lower(n_a: int, n: int, alpha: float) -> float:
     return float(beta.ppf(alpha, n_a, n - n_a + 1))
 
 
+def clopper_pearson_upper(n_b: int, n: int, alpha: float) -> float:
+    """One-sided (1 - alpha) Clopper-Pearson upper confidence bound on a binomial proportion.
+
+    ``Beta.ppf(1 - alpha, n_b + 1, n - n_b)``: ``1 - clopper_pearson_lower(n - n_b, n, alpha)``
+    (the same bound on the other outcome's rate), 1 at ``n_b = n``.  The p_B bound of a two-sided
+    certificate (Cohen, Rosenfeld, Kolter 2019, arXiv 1902.02918, Thm. 1 with p_B bounded too).
+    Guarantee: P(bound < p) <= alpha for every true proportion p.
+    """
+    n = validate_count("n", n)
+    check(0 <= n_b <= n, f"n_b must be in [0, n={n}], got {n_b}")
+    return 1.0 - clopper_pearson_lower(n - n_b, n, alpha) if n_b < n else 1.0
+
+
 def certified_radius(p_lower: float, sigma: float) -> float:
     """l2 radius ``sigma * Phi^-1(p_lower)`` (Jeong & Shin 2020 eq. 4, with p_B = 1 - p_A).
 
