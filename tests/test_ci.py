@@ -18,7 +18,7 @@ def test_ci_runs_the_readmes_test_command_in_a_new_virtual_environment():
 def test_the_test_extra_installs_the_parallel_runner():
     """The test command's -n/--dist need pytest-xdist >= 3.6 (tests run in each worker's main
     thread there, where the preemption tests' signal handlers can be set)."""
-    extra = re.search(r'^test = \[(.*)\]$', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    extra = re.search(r'^test = \[(.*?)\]$', (ROOT / "pyproject.toml").read_text(), re.M | re.S).group(1)
     assert '"pytest-xdist>=3.6"' in extra
 
 

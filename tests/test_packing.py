@@ -66,7 +66,8 @@ def ref_certify(model, x, g, n0, n, alpha):
 
 
 def ref_sequence(model, x, g, n0, alpha, n_max, futility, done):
-    """Select c_A, then look at ceil(32 * 1.1^k) samples with the scalar bounds of each look."""
+    """Select c_A, then look at ceil(32 * 1.1^k) samples with the scalar bounds of each look (the
+    anytime bounds alone: issue 39's ``alpha_share=1``; tests/test_alpha_split.py checks the split)."""
     c_a = int(np.argmax(ref_counts(model, x, n0, g)))
     n = n_a = 0
     lower, upper = 0.0, 1.0
@@ -99,9 +100,9 @@ SEQ = dict(n0=50, alpha=0.001, n_max=3000, futility=0.05)
 PROCEDURES = {
     "predict": (Predict(700, 0.01), lambda m, x, g: ref_predict(m, x, g, 700, 0.01)),
     "certify": (Certify(50, 700, 0.001), lambda m, x, g: ref_certify(m, x, g, 50, 700, 0.001)),
-    "sequential": (Sequential(50, 0.001, 3000, 0.05, (0.1, 0.25)),
+    "sequential": (Sequential(50, 0.001, 3000, 0.05, (0.1, 0.25), alpha_share=1.0),
                    lambda m, x, g: ref_sequential(m, x, g, (0.1, 0.25), **SEQ)),
-    "adaptive": (Adaptive(50, 0.001, 3000, 0.05, 0.05), lambda m, x, g: ref_adaptive(m, x, g, 0.05, **SEQ)),
+    "adaptive": (Adaptive(50, 0.001, 3000, 0.05, 0.05, alpha_share=1.0), lambda m, x, g: ref_adaptive(m, x, g, 0.05, **SEQ)),
 }
 
 
@@ -141,8 +142,10 @@ def test_the_single_image_methods_are_the_same_procedures(refs):
     for i in range(3):
         assert same(smooth.predict(xs[i], 700, 0.01, 256, gen(i)), refs["predict"][i])
         assert same(smooth.certify(xs[i], 50, 700, 0.001, 64, gen(i)), refs["certify"][i])
-        assert same(smooth.certify_sequential(xs[i], 50, (0.1, 0.25), 0.001, 3000, 33, gen(i)), refs["sequential"][i])
-        assert same(smooth.certify_adaptive(xs[i], 50, 0.001, 0.05, 3000, 1000, gen(i)), refs["adaptive"][i])
+        assert same(smooth.certify_sequential(xs[i], 50, (0.1, 0.25), 0.001, 3000, 33, gen(i), alpha_share=1.0),
+                    refs["sequential"][i])
+        assert same(smooth.certify_adaptive(xs[i], 50, 0.001, 0.05, 3000, 1000, gen(i), alpha_share=1.0),
+                    refs["adaptive"][i])
 
 
 def test_noise_does_not_depend_on_the_batch_size_for_any_image_size():
@@ -257,20 +260,26 @@ def test_each_size_is_timed_over_min_time_not_three_passes(monkeypatch):
 
 def test_smoothing_noise_is_drawn_in_one_place():
     """Issue 38: every noisy sample of the smoothing package (the packer's passes, count_votes, the
-    tuner's timed passes) comes from a noise's ``draw`` (smoothing/noises.py): no other module of
-    the package draws random numbers, and only the packer calls ``draw`` (the tuner's comparison of
+    tuner's timed passes) comes from a noise's ``draw`` (the modules of the NOISES classes): no other
+    module of the package draws random numbers, and only the packer calls ``draw`` (the tuner's comparison of
     two formats draws one batch for both)."""
     import ast
     from pathlib import Path
 
     import rsmooth.smoothing as smoothing
 
+    import inspect
+
+    from rsmooth.smoothing.noises import NOISES
+
+    noise_modules = {Path(inspect.getfile(NOISES.get(name))).name for name in NOISES.names()}
+    assert "noises.py" in noise_modules
     rng = {"normal_", "randn", "randn_like", "normal", "rand", "rand_like", "randint", "uniform_", "exponential_"}
     found, calls = [], []
     for path in sorted(Path(smoothing.__file__).parent.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                if node.func.attr in rng and path.name != "noises.py":
+                if node.func.attr in rng and path.name not in noise_modules:
                     found.append(f"{path.name}:{node.lineno}")
                 if node.func.attr == "draw":
                     calls.append(path.name)

@@ -131,7 +131,21 @@ def _like(template: ArrayLike, value: Any) -> ArrayLike:
 
 
 def make_noise(name: str, sigma: float, **params: Any) -> Noise:
-    """The registered noise ``name`` at ``sigma`` (and its own parameters), checked."""
+    """The registered noise ``name`` at ``sigma`` (and its own parameters), checked.
+
+    Args:
+        name: a name of :data:`NOISES` (gaussian, sound-gaussian, uniform, laplace: ``--noise``).
+        sigma: the noise's standard deviation per coordinate, in [0, 1] pixel units.
+        **params: the noise's own parameters, if it has any.
+
+    Returns:
+        the :class:`Noise`, to pass to ``Smooth`` in place of sigma.
+
+    Example:
+        ```python
+        smooth = Smooth(model, num_classes=10, sigma=make_noise("uniform", 0.5))  # l1 radii
+        ```
+    """
     check(isinstance(name, str), f"noise must be a name ({', '.join(NOISES.names())}), got {name!r}")
     return NOISES.get(name)(sigma, **params)
 
