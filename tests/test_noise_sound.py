@@ -84,9 +84,8 @@ def test_the_float_attack_fools_gaussian_but_not_the_sound_gaussian():
     check_attack(2000)
 
 
-@pytest.mark.slow
-def test_the_float_attack_at_full_size():
-    check_attack(100_000)
+# the construction at the issue's n = 100,000 with float noise: test_engine_audit.py's
+# test_float_gaussian_counterexample_at_the_issues_n (one run of it in the suite is enough)
 
 
 # -- the table -------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ RESIZE_MODES = ("bicubic", "bilinear", "nearest", "area")
 
 
 class ClassifierInput(nn.Module):
-    """The classifier's input: [B, C, H, W] [0, 1] pixels -> [B, C, h, w] resized (``mode``, with ``antialias`` for bicubic
+    """The classifier's input: pixels in [0, 1], ``[B, C, H, W]`` -> ``[B, C, h, w]`` resized (``mode``, with ``antialias`` for bicubic
     and bilinear) and normalised ((x - mean) / std per channel) for a classifier.
 
     Args:
