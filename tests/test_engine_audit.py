@@ -74,17 +74,10 @@ def test_float_gaussian_counterexample_at_the_issues_n(tmp_path):
 
 
 def test_sound_noise_reports_none(tmp_path):
-    """With the sound noise (issue 38, when registered) and x0, x1 on the 8-bit grid: no counterexample."""
-    from rsmooth.engine.attack import make_smooth
-    from rsmooth.smoothing.noises import NOISES, make_noise
+    """With the sound noise (issue 38) and x0, x1 on the 8-bit grid: no counterexample."""
+    from rsmooth.smoothing.noises import make_noise
 
-    sound = [name for name in NOISES.names() if "sound" in name]
-    if not sound:
-        pytest.skip("no sound noise registered in this version (issue 38)")
-    try:
-        smooth = make_smooth(Grid(), 2, make_noise(sound[0], 1.0))
-    except RsmoothError as e:
-        pytest.skip(f"Smooth does not take a noise object yet: {e}")
+    smooth = Smooth(Grid(), 2, make_noise("sound-gaussian", 1.0))
     x0, x1 = torch.zeros(3, 32, 32), torch.full((3, 32, 32), 4 / 255)
     c, r = smooth.certify(x0, 100, 10_000, 0.001, 1000, generator=torch.Generator().manual_seed(0))
     summary, checks = audit_points(smooth, [x0], [x1], [c], [r], n=10_000, alpha=0.001, alpha_certify=0.001)

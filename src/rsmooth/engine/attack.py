@@ -53,11 +53,6 @@ ATTACK_IDENTITY = ("kind", "attack", "eps", "num_steps", "num_noise", "n", "alph
 DEFAULT_EPS = (0.25, 0.5, 0.75, 1.0)
 
 
-def make_smooth(model: torch.nn.Module, num_classes: int, noise: Noise) -> Smooth:
-    """``Smooth`` of ``model`` under the noise object ``noise``."""
-    return Smooth(model, num_classes, noise)
-
-
 def predict_votes(smooth: Smooth, x: torch.Tensor, n: int, alpha: float, batch_size: int,
                   gen: Optional[torch.Generator]) -> Tuple[int, np.ndarray]:
     """PREDICT (:class:`~rsmooth.smoothing.procedures.Predict`) at one image x [C, H, W]: (the class
@@ -190,7 +185,7 @@ def _run(job: AttackJob) -> Path:
     check(sigma is not None, f"checkpoint {loaded.path} does not record sigma; pass --sigma (e.g. 0.25)")
     noise = make_noise(job.noise if job.noise is not None else trained_noise(loaded), sigma)
     model = loaded.model.to(dev).eval()
-    smooth = make_smooth(model, loaded.num_classes, noise)
+    smooth = Smooth(model, loaded.num_classes, noise)
     data = get_dataset(loaded.dataset, job.split, data_dir=job.data_dir)
     indices = certify_indices(len(data), skip=job.skip, max=job.max, start=job.start)
     check(bool(indices), f"--start {job.start} is past the last {job.split} example (index {len(data) - 1})")

@@ -41,7 +41,7 @@ from ..seeding import generator, validate_seed
 from ..smoothing import Smooth, validate_alpha, validate_count
 from ..smoothing.procedures import ABSTAIN
 from ..smoothing.noises import Noise
-from .attack import attack_noise, make_smooth, predict_votes
+from .attack import attack_noise, predict_votes
 from .shards import lock_path
 
 PathLike = Union[str, Path]
@@ -265,7 +265,7 @@ def _run(job: AuditJob) -> AuditSummary:
           f"audit the certificates with the model they were made with")
     noise = attack_noise(meta)
     model = loaded.model.to(dev).eval()
-    smooth = make_smooth(model, loaded.num_classes, noise)
+    smooth = Smooth(model, loaded.num_classes, noise)
     data = get_dataset(loaded.dataset, meta.get("split", "test"), data_dir=job.data_dir,
                        corruption=(meta.get("corruption") or {}).get("name"),
                        severity=(meta.get("corruption") or {}).get("severity"))
