@@ -48,6 +48,11 @@ def main() -> None:
     ap.add_argument("--n-max", type=int, default=100_000)
     ap.add_argument("--cohen-images", type=int, default=2)
     ap.add_argument("--shares", type=float, nargs="+", default=[1.0, ALPHA_SHARE])
+    ap.add_argument("--compile", action="store_true",
+                    help="add a row: the last share with --skip-wrong and --compile (inductor)")
+    ap.add_argument("--fixed", action="store_true",
+                    help="add a row: fixed n = n_max (CERTIFY, packed fastest mode) on the same images, "
+                         "whose certified counts the sequential rows must equal within one image")
     args = ap.parse_args()
     loaded = load_model(args.checkpoint)
     data = get_dataset(loaded.dataset, "test", data_dir=args.data_dir)
@@ -59,12 +64,21 @@ def main() -> None:
         runs = [(f"sequential, alpha_share {s:g}", dict(alpha_share=s)) for s in args.shares]
         runs.append((f"sequential, alpha_share {args.shares[-1]:g}, --skip-wrong",
                      dict(alpha_share=args.shares[-1], skip_wrong=True)))
+        if args.compile:
+            runs.append((f"sequential, alpha_share {args.shares[-1]:g}, --skip-wrong --compile",
+                         dict(alpha_share=args.shares[-1], skip_wrong=True, compile=True)))
+        if args.fixed:
+            runs.append((f"fixed n = {args.n_max:,} (CERTIFY), packed fastest mode",
+                         dict(mode="certify", n=args.n_max, radii=None)))
         for name, kw in runs:
             out = Path(tmp) / f"{len(rows)}.tsv"
             t0 = time.perf_counter()
-            run_certification(args.checkpoint, str(out), **common, **kw)
+            run_certification(args.checkpoint, str(out), **{**common, **kw})
             wall = time.perf_counter() - t0
-            res, seq = read_certify_tsv(out), seq_samples(out)
+            res = read_certify_tsv(out)
+            fixed = kw.get("mode") == "certify"
+            seq = ({i: (p, 100 + args.n_max) for i, p in zip(res.idx, res.predict)} if fixed
+                   else seq_samples(out))
             counts = [int(round(a * res.n)) for a in certified_accuracy(res.radius, res.correct, RADII)]
             samples = sum(s for _, s in seq.values())
             # what --skip-wrong would draw on the same noise: n0 for an image whose c_A is not its label

@@ -344,10 +344,11 @@ def test_torchrun_killed_rank_stops_the_job_and_rerun_finishes(model, one, tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", [["--sequential", "--radii", "0.25", "0.5"], ["--adaptive", "--radius-tol", "0.1"]])
+@pytest.mark.parametrize("mode", [["--sequential", "--radii", "0.25", "0.5"],
+                                  ["--adaptive", "--radius-tol", "0.1", "--two-sided"]])
 def test_sequential_shards_and_torchrun_give_the_one_process_files(model, tmp_path, capsys, mode):
-    """--sequential/--adaptive split by --shard + merge, and by 2 torchrun ranks: OUT and OUT.seq
-    are the one-process files (OUT's time column aside)."""
+    """--sequential/--adaptive (two-sided) split by --shard + merge, and by 2 torchrun ranks: OUT and
+    OUT.seq are the one-process files (OUT's time column aside)."""
     flags = [*mode, "--n-max", "3000", "--n0", "50", "--batch-size", "500", "--device", "cpu", *SUBSET]
     assert certify(model, tmp_path / "one.tsv", *flags) == 0
     seq = (tmp_path / "one.tsv.seq").read_text()

@@ -312,7 +312,8 @@ def rows(path):
 
 def test_cli_certify_and_predict_with_the_sound_gaussian_and_shards(fashion_model, tmp_path):
     """certify/predict --noise sound-gaussian on Fashion-MNIST; the sidecar records it; two shards
-    merge into the one-process file; --sequential runs too."""
+    merge into the one-process file (torchrun's ranks run these shards: tests/test_distributed.py);
+    --sequential runs too."""
     certify = ["certify", "--checkpoint", str(fashion_model), *FLAGS]
     assert main([*certify, "--n", "200", "--out", str(tmp_path / "one.tsv")]) == 0
     meta = json.loads((tmp_path / "one.tsv.json").read_text())
@@ -337,20 +338,3 @@ def test_cli_refuses_digits_with_the_sound_gaussian(tmp_path, capsys):
                  "--max", "1", "--out", str(tmp_path / "c.tsv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "8-bit grid" in err[0] and "torch.round(x * 255) / 255" in err[0]
-
-
-@pytest.mark.slow
-def test_torchrun_ranks_with_the_sound_gaussian_give_the_one_process_file(fashion_model, tmp_path):
-    """2 gloo ranks on the CPU: OUT equals a one-process run (the time column aside)."""
-    import subprocess
-
-    from conftest import SUBPROCESS_ENV
-
-    flags = ["certify", "--checkpoint", str(fashion_model), *FLAGS, "--n", "200"]
-    assert main([*flags, "--out", str(tmp_path / "one.tsv")]) == 0
-    cmd = ["torchrun", "--standalone", "--nproc-per-node", "2", "--monitor-interval", "0.1", "-m", "rsmooth", "--",
-           *flags, "--out", str(tmp_path / "t.tsv")]
-    done = subprocess.run(cmd, env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert rows(tmp_path / "t.tsv") == rows(tmp_path / "one.tsv")
-    assert json.loads((tmp_path / "t.tsv.json").read_text())["noise"] == "sound-gaussian"
