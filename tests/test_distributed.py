@@ -213,7 +213,7 @@ def test_a_shard_does_not_take_rows_from_a_run_still_writing_them(model, one, tm
 
     out = tmp_path / "c.tsv"
     interrupted(one / "fast.tsv", out)
-    monkeypatch.setattr("rsmooth.engine.certify.SHARD_START_WAIT", 0.3)
+    monkeypatch.setattr("rsmooth.engine.shards.SHARD_START_WAIT", 0.3)
     with run_lock(lock_path(out), out):  # the one-process run, still going
         assert certify(model, out, *FAST, "--shard", "0/2") == 2
     assert f"another rsmooth process (pid {os.getpid()}) is writing {out}" in one_line(capsys)
@@ -228,7 +228,7 @@ def test_a_shard_does_not_take_rows_from_a_run_still_writing_them(model, one, tm
     t = threading.Thread(target=another_shard_starting)
     t.start()
     taken.wait()
-    monkeypatch.setattr("rsmooth.engine.certify.SHARD_START_WAIT", 30.0)
+    monkeypatch.setattr("rsmooth.engine.shards.SHARD_START_WAIT", 30.0)
     assert certify(model, out, *FAST, "--shard", "0/2") == 0  # waited for the lock held a moment
     t.join()
     assert "which holds 2 of its 6 examples" in capsys.readouterr().out

@@ -66,13 +66,29 @@ def test_a_run_of_other_settings_is_refused_in_one_line(ckpt, whole, tmp_path):
     assert "\n" not in str(e.value)
 
 
-def test_shards_merge_into_the_one_process_file(ckpt, whole, tmp_path, capsys):
+def _interrupted(whole, out, keep):
+    """``out``: the one-process run ``whole`` killed after ``keep`` rows (and a cut one), each kept
+    row's time set to 123 so that a row copied (not attacked again) can be told."""
+    lines = Path(whole).read_text().splitlines(keepends=True)
+    kept = [ln.rsplit("\t", 1)[0] + "\t123\n" for ln in lines[1:keep + 1]]
+    Path(out).write_text("".join([lines[0], *kept, lines[keep + 1][:5]]))
+    meta = json.loads(Path(f"{whole}.json").read_text())
+    Path(f"{out}.json").write_text(json.dumps({**meta, "complete": False}))
+    return kept
+
+
+@pytest.mark.parametrize("keep", [0, 3])
+def test_shards_merge_into_the_one_process_file(ckpt, whole, tmp_path, capsys, keep):
+    """Two shards, from nothing or continuing a killed one-process run (which they take its rows
+    from: not attacked again), merge into the one-process file."""
     out = tmp_path / "a.tsv"
+    kept = _interrupted(whole, out, keep) if keep else []
     for i in range(2):
         run_attack(ckpt, str(out), shard=f"{i}/2", **FAST)
     assert main(["merge", str(out)]) == 0
     assert "results:" in capsys.readouterr().out
     assert _rows(out) == _rows(whole)
+    assert [ln for ln in Path(out).read_text().splitlines(keepends=True) if ln.endswith("\t123\n")] == kept
     meta = json.loads(Path(f"{out}.json").read_text())
     assert meta["complete"] and meta["merged_shards"] == 2 and "shard" not in meta
     assert not list(tmp_path.glob("a.shard-*"))
@@ -147,6 +163,7 @@ def test_torchrun_ranks_give_the_one_process_file(ckpt, whole, tmp_path):
     if shutil.which("torchrun") is None:
         pytest.skip("torchrun is not installed")
     out = tmp_path / "a.tsv"
+    kept = _interrupted(whole, out, 3)  # rank 0 starts both shards with the rows of a killed one-process run
     flags = ["--checkpoint", ckpt, *CLI_MODEL, "--eps", "0.2", "0.5", "--n", "100", "--num-steps", "2",
              "--num-noise", "2", "--batch-size", "100", "--skip", "7", "--max", "4", "--out", str(out)]
     done = subprocess.run(["torchrun", "--standalone", "--nproc-per-node", "2", "--monitor-interval", "0.1",
@@ -154,6 +171,7 @@ def test_torchrun_ranks_give_the_one_process_file(ckpt, whole, tmp_path):
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert _rows(out) == _rows(whole)
+    assert [ln for ln in Path(out).read_text().splitlines(keepends=True) if ln.endswith("\t123\n")] == kept
     assert json.loads(Path(f"{out}.json").read_text())["merged_shards"] == 2
 
 

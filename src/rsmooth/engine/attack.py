@@ -41,8 +41,8 @@ from ..smoothing.procedures import Predict
 from . import distributed
 from .certify import trained_noise
 from .checkpoint import file_sha256, git_commit, load_model, resolve_checkpoint_path, resolve_device, versions
-from .shards import SHARD_FIELDS, ShardKind, identity_diff, lock_path, merge_shards, parse_shard, shard_path, \
-    shard_share
+from .shards import (SHARD_FIELDS, ShardKind, continue_as_shards, identity_diff, lock_path, merge_shards, parse_shard,
+                     shard_path, shard_share)
 
 #: what the sidecar's ``kind`` says of an attack file
 ATTACK_KIND = "rsmooth-attack"
@@ -197,6 +197,9 @@ def _run(job: AttackJob) -> Path:
             "method": loaded.meta.get("method"), "device": str(dev), "versions": versions(),
             "git_commit": git_commit(), "started": datetime.datetime.now().isoformat(timespec="seconds")}
     mine = indices if shard is None else shard_share(indices, shard)
+    begun = [] if shard is None or job.overwrite else [shard] if world.size == 1 else \
+        [(k, world.size) for k in range(world.size)] if world.main else []
+    _continue_as_shards(Path(job.out), meta, indices, begun, log)
     if shard is not None:
         meta.update(shard=list(shard), subset_size=len(indices), num_examples=len(mine))
     work = _Work(job, model, smooth, noise, data, dev, log, show)
@@ -206,6 +209,7 @@ def _run(job: AttackJob) -> Path:
         return done
     shards = [shard_path(job.out, (k, world.size)) for k in range(world.size)]
     with distributed.process_group(dev, timeout=datetime.timedelta(days=7)):
+        distributed.barrier(world, "rank 0's start of the shards")
         work.into(target, mine, meta)
         distributed.barrier(world, "the other ranks' attack shards")
         if world.main:
@@ -264,6 +268,19 @@ class _Work:
             meta["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
             write_sidecar(out, {**meta, "complete": True})
         return out
+
+
+def _continue_as_shards(out: Path, meta: dict, indices: List[int], shards: List[Tuple[int, int]],
+                        log: Callable[[str], None]) -> None:
+    """Start ``shards`` with the rows an interrupted one-process attack of the same run left in OUT
+    (:func:`~rsmooth.engine.shards.continue_as_shards`): the shards skip those, the merge replaces OUT."""
+    def rows(p: Path) -> List[Tuple[int, str]]:
+        idx = read_attack_tsv(p, growing=True).idx.tolist()
+        text = p.read_text(encoding="utf-8")
+        return list(zip(idx, (ln + "\n" for ln in text[:text.rfind("\n") + 1].splitlines()[1:] if ln.strip())))
+
+    continue_as_shards(out, meta, indices, shards, identity=ATTACK_IDENTITY, rows=rows, header=ATTACK_HEADER,
+                       begin=lambda path, old, mine: {}, log=log)
 
 
 def _start_sidecar(out: Path, meta: dict, overwrite: bool) -> bool:

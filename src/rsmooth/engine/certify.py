@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 
 
 from ..errors import RsmoothError, check, setting, spelled
-from ..fileio import atomic_write_bytes, remove_stale_temps, run_lock
+from ..fileio import remove_stale_temps, run_lock
 from ..metrics import (CertifyWriter, acr, certified_accuracy, read_certify_tsv, read_sidecar, sidecar_path,
                        write_sidecar)
 from ..metrics.certify_io import TSV_HEADER
@@ -47,8 +47,8 @@ from .diffusion import check_compilable, log_diffusion, with_diffusion
 from ..seeding import generator, validate_seed
 from .seqfile import SEQUENTIAL_MODES, SeqWriter, adopt_legacy, seq_rows, sequential_path, write_seq_rows
 from .sessions import past_sessions, session
-from .shards import (CERTIFY, RUN_IDENTITY, clean_merged, identity_diff, lock_path, merge_certify, parse_shard,
-                     shard_path, shard_share, sort_rows)
+from .shards import (CERTIFY, RUN_IDENTITY, clean_merged, continue_as_shards, identity_diff, lock_path, merge_certify,
+                     parse_shard, shard_path, shard_share, sort_rows)
 from ..progress import Heartbeat, emit, format_duration, heartbeat_interval, progress_bar
 
 if TYPE_CHECKING:
@@ -56,8 +56,6 @@ if TYPE_CHECKING:
 
     from ..data import Dataset
 
-#: how long (s) a shard starting beside a one-process run's OUT waits for OUT's lock
-SHARD_START_WAIT = 30.0
 #: how long a rank that finished its shard waits for the others, at least
 _MIN_WAIT = datetime.timedelta(minutes=30)
 #: the modes of a certification (the last two sequential: they draw samples until they can stop)
@@ -527,32 +525,20 @@ def _run_ranks(r: Resolved) -> Path:
 
 
 def _continue_as_shards(r: Resolved, shards: Sequence[Tuple[int, int]]) -> None:
-    """Start each of ``shards`` not yet begun with the rows of its share that OUT holds, where OUT
-    is a one-process run of the same settings (an interrupted certification continued as K
-    shards, by ``--shard`` jobs or ``torchrun``): the shards skip those examples and their merge
-    replaces OUT.  The shard's sessions begin with OUT's, each marked ``"from": OUT``."""
-    if r.job.overwrite or not r.out.is_file():
+    """Start each of ``shards`` not yet begun with the rows OUT holds of its share, where OUT is an
+    interrupted one-process certification of the same settings (:func:`~rsmooth.engine.shards.
+    continue_as_shards`); the shard's sessions begin with OUT's, each marked ``"from": OUT``."""
+    if r.job.overwrite:
         return
-    with contextlib.ExitStack() as stack:
-        _wait_for_lock(stack, r.out)  # no one-process run adds rows meanwhile
-        old = read_sidecar(r.out)
-        if old is None or "shard" in old or identity_diff(old, r.meta):
-            return  # a shard's, or another run's (which the merge refuses): nothing to continue
-        rows = _whole_rows(r.out)
-        seq = dict(seq_rows(adopt_legacy(r.out))) if r.job.sequential else {}
-        sessions = [{**e, "from": r.out.name} for e in past_sessions(old, {"done": 0}, SESSION_FIELDS)]
-        for shard in shards:
-            path, share = shard_path(r.out, shard), set(shard_share(r.indices, shard))
-            if path.exists():
-                continue
-            mine = [(i, line) for i, line in rows if i in share]
-            meta = {**r.meta, "shard": list(shard), "subset_size": len(r.indices), "num_examples": len(share)}
-            write_sidecar(path, {**meta, "started": old.get("started", meta["started"]), "sessions": sessions,
-                                 "complete": False})  # first: a kill before the TSV starts over
-            if r.job.sequential:
-                write_seq_rows(sequential_path(path), [(i, seq[i]) for i, _ in mine if i in seq], r.job.two_sided)
-            atomic_write_bytes(path, "".join([TSV_HEADER + "\n", *(line for _, line in mine)]).encode("utf-8"))
-            r.log(f"{path}: continues {r.out}, which holds {len(mine)} of its {len(share)} examples")
+
+    def begin(path: Path, old: dict, mine: List[Tuple[int, str]]) -> Dict[str, Any]:
+        if r.job.sequential:
+            seq = dict(seq_rows(adopt_legacy(r.out)))
+            write_seq_rows(sequential_path(path), [(i, seq[i]) for i, _ in mine if i in seq], r.job.two_sided)
+        return {"sessions": [{**e, "from": r.out.name} for e in past_sessions(old, {"done": 0}, SESSION_FIELDS)]}
+
+    continue_as_shards(r.out, r.meta, r.indices, shards, identity=RUN_IDENTITY, rows=_whole_rows, header=TSV_HEADER,
+                       begin=begin, log=r.log)
 
 
 def _whole_rows(out: Path) -> List[Tuple[int, str]]:
@@ -561,20 +547,6 @@ def _whole_rows(out: Path) -> List[Tuple[int, str]]:
     text = out.read_text(encoding="utf-8")
     lines = [ln + "\n" for ln in text[:text.rfind("\n") + 1].splitlines()[1:] if ln.strip()]
     return list(zip(idx, lines))
-
-
-def _wait_for_lock(stack: contextlib.ExitStack, out: Path) -> None:
-    """Hold ``out``'s lock, waiting up to :data:`SHARD_START_WAIT` s for it: shards started together
-    each hold it a moment; a run writing ``out`` holds it on (then the one-line error says so)."""
-    deadline = time.monotonic() + SHARD_START_WAIT
-    while True:
-        try:
-            stack.enter_context(run_lock(lock_path(out), out))
-            return
-        except RsmoothError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.1)
 
 
 def _shard_meta(r: Resolved) -> Dict[str, Any]:

@@ -19,6 +19,7 @@ import contextlib
 import datetime
 import errno
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -45,6 +46,8 @@ RUN_IDENTITY = ("mode", "dataset", "corruption", "split", "noise", "sigma", "noi
 _IDENTITY_DEFAULTS = {"start": 0, "corruption": None, "noise": "gaussian", "skip_wrong": False, "two_sided": False, "alpha_share": 1.0}
 #: sidecar fields of a certify shard that the merged file does not have
 SHARD_FIELDS = ("shard", "subset_size")
+#: how long (s) a shard starting beside a one-process run's OUT waits for OUT's lock
+SHARD_START_WAIT = 30.0
 #: errors of creating a lock beside a shard that mean "this folder cannot be written here"
 _UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 
@@ -94,6 +97,51 @@ def shard_path(out: PathLike, shard: Shard) -> Path:
 def shard_share(units: Sequence[int], shard: Shard) -> List[int]:
     """The units of work (examples, blocks) that shard ``(I, K)`` takes: positions I, I+K, I+2K, ..."""
     return list(units[shard[0]::shard[1]])
+
+
+def continue_as_shards(out: Path, meta: dict, indices: Sequence[int], shards: Sequence[Shard], *,
+                       identity: Sequence[str], rows: Callable[[Path], List[Tuple[int, str]]], header: str,
+                       begin: Callable[[Path, dict, List[Tuple[int, str]]], dict],
+                       log: Callable[[str], None]) -> None:
+    """Start each of ``shards`` not yet begun with the rows of its share that ``out`` holds, where
+    ``out`` is a one-process run of the same settings (an interrupted run continued as K shards, by
+    ``--shard`` jobs or ``torchrun``): the shards skip those units and their merge replaces ``out``.
+    ``rows(out)``: (unit, line) of its whole rows; ``begin(path, old, mine)`` writes a shard's
+    companion files and returns fields for its sidecar (``old``: ``out``'s sidecar)."""
+    if not out.is_file():
+        return
+    with contextlib.ExitStack() as stack:
+        wait_for_lock(stack, out)  # no one-process run adds rows meanwhile
+        old = read_sidecar(out)
+        if old is None or "shard" in old or identity_diff(old, meta, identity):
+            return  # a shard's, or another run's (which the merge refuses): nothing to continue
+        held = rows(out)
+        for shard in shards:
+            path, share = shard_path(out, shard), set(shard_share(indices, shard))
+            if path.exists():
+                continue
+            mine = [(i, line) for i, line in held if i in share]
+            smeta = {**meta, "shard": list(shard), "subset_size": len(indices), "num_examples": len(share)}
+            extra = begin(path, old, mine)  # companions, before the sidecar and the rows
+            write_sidecar(path, {**smeta, "started": old.get("started", meta.get("started")), **extra,
+                                 "complete": False})  # before the TSV: a kill before it starts over
+            atomic_write_bytes(path, "".join([header + "\n", *(line for _, line in mine)]).encode("utf-8"))
+            units = len({i for i, _ in mine})
+            log(f"{path}: continues {out}, which holds {units} of its {len(share)} examples")
+
+
+def wait_for_lock(stack: contextlib.ExitStack, out: Path) -> None:
+    """Hold ``out``'s lock, waiting up to :data:`SHARD_START_WAIT` s for it: shards started together
+    each hold it a moment; a run writing ``out`` holds it on (then the one-line error says so)."""
+    deadline = time.monotonic() + SHARD_START_WAIT
+    while True:
+        try:
+            stack.enter_context(run_lock(lock_path(out), out))
+            return
+        except RsmoothError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
 
 
 def identity_diff(old: dict, new: dict, fields: Sequence[str] = RUN_IDENTITY) -> List[str]:
