@@ -428,3 +428,28 @@ def test_digits_cnn_trains_quickly():
     with torch.no_grad():
         acc = (model(x[test]).argmax(1) == y[test]).float().mean().item()
     assert acc > 0.9, acc
+
+
+def test_lenet_pools_before_relu_with_the_references_outputs_and_gradients():
+    """relu(max_pool(.)) = max_pool(relu(.)) exactly: the reference's order
+    (jh-jeong/smoothing-consistency code/archs/lenet.py) gives the same bits, forward and backward."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    net = create_model("lenet", "mnist")[1]
+    x = torch.rand(64, 1, 28, 28)
+    x[:8] = 0.0  # ties in the pooling windows
+
+    def reference(v):
+        v = F.max_pool2d(F.relu(net.conv1(v)), 2, 2)
+        v = F.max_pool2d(F.relu(net.conv2(v)), 2, 2)
+        return net.fc2(F.relu(net.fc1(torch.flatten(v, 1))))
+
+    grads = []
+    for f in (net, reference):
+        net.zero_grad()
+        out = f(x)
+        out.square().sum().backward()
+        grads.append((out.detach(), [q.grad.clone() for q in net.parameters()]))
+    assert torch.equal(grads[0][0], grads[1][0])
+    assert all(torch.equal(a, b) for a, b in zip(grads[0][1], grads[1][1]))

@@ -15,6 +15,8 @@ class LeNet(nn.Module):
     fc 500->K: 431,080 parameters for K = 10. Not LeNet-5. Attribute names ``conv1``,
     ``conv2``, ``fc1``, ``fc2`` match ``code/archs/lenet.py`` of jh-jeong/smoothing-consistency
     (also used by SmoothMix and CAT-RS), so the MNIST checkpoints of those codebases load.
+    Each max-pool runs before its ReLU: the two commute (ReLU is monotone), so outputs and
+    gradients are the reference's to the bit, with a quarter of the ReLUs.
 
     Shapes: x [B, 1, 28, 28] -> logits [B, K].
     """
@@ -27,8 +29,8 @@ class LeNet(nn.Module):
         self.fc2 = nn.Linear(500, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2, 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2, 2)
+        x = F.relu(F.max_pool2d(self.conv1(x), 2, 2))
+        x = F.relu(F.max_pool2d(self.conv2(x), 2, 2))
         x = torch.flatten(x, 1)
         return self.fc2(F.relu(self.fc1(x)))
 
