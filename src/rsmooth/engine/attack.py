@@ -197,9 +197,12 @@ def _run(job: AttackJob) -> Path:
             "method": loaded.meta.get("method"), "device": str(dev), "versions": versions(),
             "git_commit": git_commit(), "started": datetime.datetime.now().isoformat(timespec="seconds")}
     mine = indices if shard is None else shard_share(indices, shard)
-    begun = [] if shard is None or job.overwrite else [shard] if world.size == 1 else \
-        [(k, world.size) for k in range(world.size)] if world.main else []
-    _continue_as_shards(Path(job.out), meta, indices, begun, log)
+    if shard is not None and not job.overwrite and (world.size == 1 or world.main):
+        # a shard job starts its own shard; under torchrun rank 0 starts them all
+        begun = [shard] if world.size == 1 else [(k, world.size) for k in range(world.size)]
+        continue_as_shards(Path(job.out), meta, indices, begun, identity=ATTACK_IDENTITY, header=ATTACK_HEADER,
+                           units=lambda p: read_attack_tsv(p, growing=True).idx.tolist(),
+                           begin=lambda path, old, mine: {}, log=log)
     if shard is not None:
         meta.update(shard=list(shard), subset_size=len(indices), num_examples=len(mine))
     work = _Work(job, model, smooth, noise, data, dev, log, show)
@@ -268,19 +271,6 @@ class _Work:
             meta["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
             write_sidecar(out, {**meta, "complete": True})
         return out
-
-
-def _continue_as_shards(out: Path, meta: dict, indices: List[int], shards: List[Tuple[int, int]],
-                        log: Callable[[str], None]) -> None:
-    """Start ``shards`` with the rows an interrupted one-process attack of the same run left in OUT
-    (:func:`~rsmooth.engine.shards.continue_as_shards`): the shards skip those, the merge replaces OUT."""
-    def rows(p: Path) -> List[Tuple[int, str]]:
-        idx = read_attack_tsv(p, growing=True).idx.tolist()
-        text = p.read_text(encoding="utf-8")
-        return list(zip(idx, (ln + "\n" for ln in text[:text.rfind("\n") + 1].splitlines()[1:] if ln.strip())))
-
-    continue_as_shards(out, meta, indices, shards, identity=ATTACK_IDENTITY, rows=rows, header=ATTACK_HEADER,
-                       begin=lambda path, old, mine: {}, log=log)
 
 
 def _start_sidecar(out: Path, meta: dict, overwrite: bool) -> bool:

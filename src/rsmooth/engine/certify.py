@@ -537,16 +537,8 @@ def _continue_as_shards(r: Resolved, shards: Sequence[Tuple[int, int]]) -> None:
             write_seq_rows(sequential_path(path), [(i, seq[i]) for i, _ in mine if i in seq], r.job.two_sided)
         return {"sessions": [{**e, "from": r.out.name} for e in past_sessions(old, {"done": 0}, SESSION_FIELDS)]}
 
-    continue_as_shards(r.out, r.meta, r.indices, shards, identity=RUN_IDENTITY, rows=_whole_rows, header=TSV_HEADER,
-                       begin=begin, log=r.log)
-
-
-def _whole_rows(out: Path) -> List[Tuple[int, str]]:
-    """(idx, line) of each row of the certify TSV ``out`` (checked), a last line cut by a kill left out."""
-    idx = read_certify_tsv(out, growing=True).idx.tolist()
-    text = out.read_text(encoding="utf-8")
-    lines = [ln + "\n" for ln in text[:text.rfind("\n") + 1].splitlines()[1:] if ln.strip()]
-    return list(zip(idx, lines))
+    continue_as_shards(r.out, r.meta, r.indices, shards, identity=RUN_IDENTITY, header=TSV_HEADER,
+                       units=lambda p: read_certify_tsv(p, growing=True).idx.tolist(), begin=begin, log=r.log)
 
 
 def _shard_meta(r: Resolved) -> Dict[str, Any]:

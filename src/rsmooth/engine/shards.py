@@ -100,14 +100,15 @@ def shard_share(units: Sequence[int], shard: Shard) -> List[int]:
 
 
 def continue_as_shards(out: Path, meta: dict, indices: Sequence[int], shards: Sequence[Shard], *,
-                       identity: Sequence[str], rows: Callable[[Path], List[Tuple[int, str]]], header: str,
+                       identity: Sequence[str], units: Callable[[Path], List[int]], header: str,
                        begin: Callable[[Path, dict, List[Tuple[int, str]]], dict],
                        log: Callable[[str], None]) -> None:
     """Start each of ``shards`` not yet begun with the rows of its share that ``out`` holds, where
     ``out`` is a one-process run of the same settings (an interrupted run continued as K shards, by
     ``--shard`` jobs or ``torchrun``): the shards skip those units and their merge replaces ``out``.
-    ``rows(out)``: (unit, line) of its whole rows; ``begin(path, old, mine)`` writes a shard's
-    companion files and returns fields for its sidecar (``old``: ``out``'s sidecar)."""
+    ``units(out)``: the unit of each of its rows, read and checked, a last line cut by a kill left
+    out; ``begin(path, old, mine)`` writes a shard's companion files and returns fields for its
+    sidecar (``old``: ``out``'s sidecar, ``mine``: the shard's (unit, line) rows)."""
     if not out.is_file():
         return
     with contextlib.ExitStack() as stack:
@@ -115,7 +116,9 @@ def continue_as_shards(out: Path, meta: dict, indices: Sequence[int], shards: Se
         old = read_sidecar(out)
         if old is None or "shard" in old or identity_diff(old, meta, identity):
             return  # a shard's, or another run's (which the merge refuses): nothing to continue
-        held = rows(out)
+        text = out.read_text(encoding="utf-8")
+        lines = [ln + "\n" for ln in text[:text.rfind("\n") + 1].splitlines()[1:] if ln.strip()]
+        held = list(zip(units(out), lines))
         for shard in shards:
             path, share = shard_path(out, shard), set(shard_share(indices, shard))
             if path.exists():
