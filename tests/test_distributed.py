@@ -195,7 +195,7 @@ def test_an_interrupted_one_process_run_continues_as_shards(model, one, tmp_path
     out = tmp_path / "c.tsv"
     copied = interrupted(one / "fast.tsv", out)
     assert certify(model, out, *FAST, "--shard", "1/2") == 0
-    assert f"c.shard-1-of-2.tsv: continues {out}, which holds 2 of its 5 examples" in capsys.readouterr().out
+    assert f"c.shard-1-of-2.tsv: continues {out}, which holds rows of 2 of its 5 examples" in capsys.readouterr().out
     assert certify(model, out, *FAST, "--shard", "0/2") == 0
     assert main(["merge", str(out)]) == 0
     assert rows(out) == rows(one / "fast.tsv")
@@ -231,7 +231,7 @@ def test_a_shard_does_not_take_rows_from_a_run_still_writing_them(model, one, tm
     monkeypatch.setattr("rsmooth.engine.shards.SHARD_START_WAIT", 30.0)
     assert certify(model, out, *FAST, "--shard", "0/2") == 0  # waited for the lock held a moment
     t.join()
-    assert "which holds 2 of its 6 examples" in capsys.readouterr().out
+    assert "which holds rows of 2 of its 6 examples" in capsys.readouterr().out
 
 
 def test_merge_errors_are_one_line(model, tmp_path, capsys):

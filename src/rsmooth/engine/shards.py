@@ -130,7 +130,7 @@ def continue_as_shards(out: Path, meta: dict, indices: Sequence[int], shards: Se
                                  "complete": False})  # before the TSV: a kill before it starts over
             atomic_write_bytes(path, "".join([header + "\n", *(line for _, line in mine)]).encode("utf-8"))
             units = len({i for i, _ in mine})
-            log(f"{path}: continues {out}, which holds {units} of its {len(share)} examples")
+            log(f"{path}: continues {out}, which holds rows of {units} of its {len(share)} examples")
 
 
 def wait_for_lock(stack: contextlib.ExitStack, out: Path) -> None:
