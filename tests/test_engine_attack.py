@@ -190,3 +190,23 @@ def test_overwrite_replaces_only_an_attack_file(ckpt, tmp_path):
     with pytest.raises(RsmoothError, match="not an attack TSV"):
         run_attack(ckpt, str(other), overwrite=True, **FAST)
     assert other.read_text() == "my notes\n"
+
+
+def test_the_committed_fashion_mnist_report_is_what_its_files_give():
+    """docs/reproductions/fashion-mnist-attack.md: its table, image-by-image claim and audit count
+    come from the files committed beside it."""
+    from rsmooth.metrics import read_certify_tsv
+    from rsmooth.report.attack import empirical_table
+
+    docs = Path(__file__).resolve().parents[1] / "docs" / "reproductions"
+    folder, page = docs / "fashion-mnist-attack", (docs / "fashion-mnist-attack.md").read_text()
+    table = empirical_table(folder / "certify.tsv", folder / "attack.tsv")
+    rows = [ln for ln in table.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
+    assert len(rows) == 4 and all(row in page for row in rows)
+    cert, att = read_certify_tsv(folder / "certify.tsv"), read_attack_tsv(folder / "attack.tsv")
+    radius = dict(zip(cert.idx.tolist(), (cert.radius * cert.correct).tolist()))
+    broken = [(i, e) for i, e, ok in zip(att.idx.tolist(), att.eps.tolist(), att.correct.tolist())
+              if radius[i] >= e and not ok]
+    assert len(cert.idx) == 500 and not broken
+    summary = json.loads((folder / "audit" / "audit.json").read_text())["summary"]
+    assert (summary["images"], summary["counterexamples"]) == (492, 0) and summary["line"][:40] in page.replace("\n", " ")
