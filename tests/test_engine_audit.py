@@ -141,6 +141,16 @@ def test_audit_rows_summary_and_resume(run, tmp_path, monkeypatch):
     monkeypatch.setattr(audit, "attack_smoothed", lambda *a, **k: (_ for _ in ()).throw(AssertionError("attacked")))
     assert run_audit(ckpt, cert, str(tmp_path), **FAST).images == certified
     assert (tmp_path / "audit.tsv").read_text().splitlines() == rows
+    assert json.loads((tmp_path / "audit.tsv.json").read_text())["complete"]
+    # an audit written before audit.tsv had a sidecar (its settings in audit.settings.json) continues too
+    sidecar = json.loads((tmp_path / "audit.tsv.json").read_text())
+    run_fields = ("kind", "num_examples", "started", "finished", "complete")
+    settings = {k: v for k, v in sidecar.items() if k not in run_fields}
+    (tmp_path / "audit.settings.json").write_text(json.dumps(settings))
+    (tmp_path / "audit.tsv.json").unlink()
+    assert run_audit(ckpt, cert, str(tmp_path), **FAST).images == certified
+    assert (tmp_path / "audit.tsv").read_text().splitlines() == rows
+    assert not (tmp_path / "audit.settings.json").exists() and (tmp_path / "audit.tsv.json").is_file()
 
 
 def test_points_are_checked_and_counterexamples_written(run, tmp_path, monkeypatch):
@@ -218,3 +228,136 @@ def test_cli_audit_of_points_from_files(run, tmp_path, capsys):
     assert main([*args, "--indices", "zero"]) != 0
     err = capsys.readouterr().err.strip()
     assert "--indices" in err and len(err.splitlines()) == 1
+
+
+# ---- shards and torchrun -------------------------------------------------------------------
+
+def _rows(folder, name="audit.tsv"):
+    """The rows without the time column."""
+    return [ln.rsplit("\t", 1)[0] for ln in (folder / name).read_text().splitlines()]
+
+
+def _results(folder):
+    """What the merge must give as one process does: rows, summary, counterexample records and files."""
+    record = json.loads((folder / "audit.json").read_text())
+    files = {p.name: p.read_bytes() for p in (folder / "counterexamples").glob("*")}
+    return (_rows(folder), record["summary"], {k: v for k, v in record.items() if k not in ("summary", "finished")},
+            json.loads((folder / "counterexamples.json").read_text()), files)
+
+
+@pytest.fixture
+def flagged(monkeypatch):
+    """PREDICT answers another class at every point of images 0, 10, 20, ...: counterexamples to merge."""
+    import rsmooth.engine.audit as audit
+
+    real = audit.check_point
+
+    def fake(smooth, x, point, idx, c, r, **kw):
+        pc = real(smooth, x, point, idx, c, r, **kw)
+        if idx % 10 == 0:
+            pc.predict = (c + 1) % 10
+        return pc
+
+    monkeypatch.setattr(audit, "check_point", fake)
+
+
+def _interrupted(whole, out, keep):
+    """``out``: the one-process audit ``whole`` killed after ``keep`` rows (and a cut one), each kept
+    row's time set to 123 so that a row taken over (not attacked again) can be told."""
+    import shutil
+
+    lines = (whole / "audit.tsv").read_text().splitlines(keepends=True)
+    kept = [ln.rsplit("\t", 1)[0] + "\t123\n" for ln in lines[1:keep + 1]]
+    out.mkdir()
+    (out / "audit.tsv").write_text("".join([lines[0], *kept, lines[keep + 1][:3]]))
+    meta = json.loads((whole / "audit.tsv.json").read_text())
+    (out / "audit.tsv.json").write_text(json.dumps({**meta, "complete": False}))
+    (out / "counterexamples").mkdir()
+    for ln in kept:
+        for p in (whole / "counterexamples").glob(f"idx-{ln.split()[0]}.*"):
+            shutil.copy(p, out / "counterexamples" / p.name)
+    return kept
+
+
+@pytest.mark.parametrize("k, keep", [(2, 0), (3, 2)])
+def test_shards_merge_into_the_one_process_audit(run, tmp_path, flagged, capsys, k, keep):
+    """K shards, from nothing or continuing a killed one-process audit (whose rows they take, not
+    attacking them again), merge into its rows, counterexamples and summary."""
+    from rsmooth.cli import main
+
+    ckpt, cert = run
+    whole, out = tmp_path / "whole", tmp_path / "out"
+    s = run_audit(ckpt, cert, str(whole), **FAST)
+    assert s.counterexamples >= 1 and s.images >= 3  # images 0, 10, 20, ... (where certified)
+    kept = _interrupted(whole, out, keep) if keep else []
+    for i in range(k):
+        part = run_audit(ckpt, cert, str(out), shard=f"{i}/{k}", **FAST)
+        assert part.images == len(range(i, s.images, k))
+    assert main(["merge", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert s.line() in printed and f"results: {out}" in printed
+    assert _results(out) == _results(whole)
+    assert [ln for ln in (out / "audit.tsv").read_text().splitlines(keepends=True) if ln.endswith("\t123\n")] == kept
+    meta = json.loads((out / "audit.tsv.json").read_text())
+    assert meta["complete"] and meta["merged_shards"] == k and "shard" not in meta
+    assert not list(out.glob("audit.shard-*"))
+    # a rerun of the merge says the folder is complete
+    assert main(["merge", str(out)]) == 0 and "already complete" in capsys.readouterr().out
+
+
+def test_bad_shard_input_is_one_line(run, tmp_path, capsys):
+    """--shard with --points, and merges of a missing, incomplete, mismatched or short shard."""
+    from rsmooth.cli import main
+
+    ckpt, cert = run
+    np.save(tmp_path / "p.npy", np.zeros((1, 1, 8, 8), dtype=np.float32))
+    for kw, says in [(dict(points=str(tmp_path / "p.npy"), indices=[0], shard="0/2"), "--points"),
+                     (dict(shard="2/2"), "--shard 2/2")]:
+        with pytest.raises(RsmoothError, match=says) as e:
+            run_audit(ckpt, cert, str(tmp_path / "o"), **{**FAST, **kw})
+        assert "\n" not in str(e.value)
+    out = tmp_path / "out"
+    run_audit(ckpt, cert, str(out), shard="0/2", **FAST)
+
+    def refused(says):
+        assert main(["merge", str(out)]) != 0
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1, err
+
+    refused("audit shard 1/2 of")  # missing
+    run_audit(ckpt, cert, str(out), shard="1/2", **FAST)
+    side, tsv = out / "audit.shard-1-of-2.tsv.json", out / "audit.shard-0-of-2.tsv"
+    meta, rows = json.loads(side.read_text()), tsv.read_text()
+    for change, says in [({"complete": False}, "is incomplete"), ({"n": 200}, "n=200")]:
+        side.write_text(json.dumps({**meta, **change}))
+        refused(says)
+    side.write_text(json.dumps(meta))
+    tsv.write_text(rows.rsplit("\n", 2)[0] + "\n")  # its last row lost
+    refused("rows of")
+    tsv.write_text(rows)
+    assert main(["merge", str(out)]) == 0
+
+
+@pytest.mark.slow  # two ranks starting PyTorch: ~25 s on a loaded 2-core machine
+def test_torchrun_ranks_give_the_one_process_audit(run, tmp_path):
+    import shutil
+    import subprocess
+
+    from conftest import SUBPROCESS_ENV
+
+    if shutil.which("torchrun") is None:
+        pytest.skip("torchrun is not installed")
+    ckpt, cert = run
+    whole, out = tmp_path / "whole", tmp_path / "out"
+    summary = run_audit(ckpt, cert, str(whole), **FAST)
+    kept = _interrupted(whole, out, 1)  # rank 0 starts both shards with the rows of a killed one-process audit
+    flags = ["--checkpoint", ckpt, "--arch", "digits_cnn", "--certify", cert, "--attack", "pgd", "--n", "100",
+             "--num-steps", "2", "--num-noise", "2", "--batch-size", "100", "--out", str(out)]
+    done = subprocess.run(["torchrun", "--standalone", "--nproc-per-node", "2", "--monitor-interval", "0.1",
+                           "-m", "rsmooth", "--", "audit", *flags], env=SUBPROCESS_ENV, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert _results(out) == _results(whole)
+    assert [ln for ln in (out / "audit.tsv").read_text().splitlines(keepends=True) if ln.endswith("\t123\n")] == kept
+    assert json.loads((out / "audit.tsv.json").read_text())["merged_shards"] == 2
+    assert summary.line() in done.stdout and f"results: {out} (2 processes)" in done.stdout

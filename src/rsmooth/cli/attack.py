@@ -87,7 +87,9 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
         "their count with its Clopper-Pearson interval and the count alpha allows (alpha + checks x PREDICT's "
         "alpha per image), and writes OUT/counterexamples/ (delta and point as .npy, votes as .json) to replay "
         "them, OUT/audit.tsv (resumable) and OUT/audit.json. With --points and --indices the given points "
-        "are checked instead. The noise is the certify file's. " + UNITS))
+        "are checked instead. The noise is the certify file's. --shard I/K splits the certified examples "
+        "into K jobs joined by 'rsmooth merge OUT'; under torchrun each rank takes one shard and rank 0 "
+        "merges. " + UNITS))
     a.add_argument("--checkpoint", required=True, help="the model the certify file was made with")
     a.add_argument("--certify", required=True, help="the certify TSV (with its OUT.json) whose certificates to audit")
     a.add_argument("--out", required=True, help="output folder")
@@ -102,6 +104,9 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--beta", type=number, default=0.05, help="miss probability of the interval and of the count "
                    "alpha allows (default: 0.05)")
     a.add_argument("--max", type=integer, help="audit at most this many certified examples (default: all)")
+    a.add_argument("--shard", metavar="I/K", help="one of K independent jobs: every K-th certified example from "
+                   "position I into OUT/audit.shard-I-of-K.tsv; 'rsmooth merge OUT' joins them. Under torchrun "
+                   "each rank takes shard RANK/WORLD_SIZE and rank 0 merges")
     a.add_argument("--points", help="a .npy [N, C, H, W] of perturbed inputs to check instead of attacking")
     a.add_argument("--indices", nargs="+", metavar="I", help="the test index of each of --points: integers, or "
                    "one .npy file of them")
@@ -126,13 +131,16 @@ def run_attack_command(args: argparse.Namespace) -> None:
 
 def run_audit_command(args: argparse.Namespace) -> None:
     from ..engine.audit import run_audit
+    from ..engine.distributed import world
 
     run_audit(args.checkpoint, args.certify, args.out, attacks=args.attack, restarts=args.restarts,
               num_steps=args.num_steps, num_noise=args.num_noise, shrink=args.shrink, n=args.n, alpha=args.alpha,
-              points=args.points, indices=_indices(args.indices), beta=args.beta, batch_size=args.batch_size, max=args.max,
-              seed=args.seed, data_dir=args.data_dir, device=args.device, trust_pickle=args.trust_pickle,
-              trust_code=args.trust_code, model_options=model_options(args), heartbeat=args.heartbeat)
-    print(f"results: {args.out}")
+              points=args.points, indices=_indices(args.indices), beta=args.beta, batch_size=args.batch_size,
+              max=args.max, shard=args.shard, seed=args.seed, data_dir=args.data_dir, device=args.device,
+              trust_pickle=args.trust_pickle, trust_code=args.trust_code, model_options=model_options(args),
+              heartbeat=args.heartbeat)
+    if world().main:
+        print(f"results: {args.out}{world().note}")
 
 
 def _indices(values):

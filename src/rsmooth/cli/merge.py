@@ -1,4 +1,4 @@
-"""``rsmooth merge``: join the shard files of certify, predict or targets
+"""``rsmooth merge``: join the shard files of certify, predict, attack, audit or targets
 (:func:`rsmooth.engine.shards.merge_shards`)."""
 from __future__ import annotations
 
@@ -8,14 +8,16 @@ from ..errors import RsmoothError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    m = sub.add_parser("merge", help="join the shard files of 'certify|predict|targets --shard I/K'",
+    m = sub.add_parser("merge", help="join the shard files of 'certify|predict|attack|audit|targets --shard I/K'",
                        description="Join the K shard files of a certification ('rsmooth certify|predict "
                        "--shard I/K --out OUT' for I = 0..K-1) into OUT and OUT.json: the rows sorted by idx, "
                        "the same file one job writes (the time column aside). The shards must all be "
                        "complete, come from the same settings and together cover the subset exactly once; "
                        "OUT is written atomically and the shard files are deleted afterwards; a killed merge is "
                        "rerun, and one whose OUT is complete says so and deletes what the shards left. Shards of "
-                       "'rsmooth targets --shard I/K' merge the same way, into the targets file one job writes.")
+                       "'rsmooth attack|targets --shard I/K' merge the same way, into the file one job writes. "
+                       "For 'rsmooth audit --shard I/K --out OUT' give the folder OUT: its audit.tsv, "
+                       "counterexamples.json and audit.json (with the summary) are written as one job writes them.")
     m.add_argument("files", nargs="*", metavar="FILE",
                    help="OUT, the --out the shards were run with (its .shard-I-of-K files are found); or, "
                    "with --out, the shard files themselves")
@@ -33,9 +35,13 @@ def run(args: argparse.Namespace) -> None:
     from ..engine.shards import CERTIFY, merge_shards, shard_groups
     from ..engine.targets import shard_kind
 
+    if args.out is None and len(args.files) != 1:
+        raise RsmoothError("merge takes OUT (the --out of the shards), or --out OUT and the shard files")
+    if args.out is not None and not args.files:
+        raise RsmoothError(f"--out {args.out} without shard files: list them, or give OUT alone to find them")
+    if _merge_audit(args):
+        return
     if args.out is None:
-        if len(args.files) != 1:
-            raise RsmoothError("merge takes OUT (the --out of the shards), or --out OUT and the shard files")
         if Path(args.files[0]).is_dir():  # a folder of 'certify --corruption all --shard I/K'
             groups = shard_groups(args.files[0])
             for out in groups:
@@ -45,11 +51,23 @@ def run(args: argparse.Namespace) -> None:
             return
         out, shards = args.files[0], []
     else:
-        if not args.files:
-            raise RsmoothError(f"--out {args.out} without shard files: list them, or give OUT alone to find them")
         out, shards = args.out, args.files
     from ..engine.attack import ATTACK, merges_attack
 
     kind = ATTACK if merges_attack(out, shards) else shard_kind(out, shards)
     path = merge_shards(out, kind, shards, overwrite=args.overwrite, keep=args.keep_shards)
     print(f"{'targets' if kind.command == 'targets' else 'results'}: {path}")
+
+
+def _merge_audit(args: argparse.Namespace) -> bool:
+    """Merge the shards of an audit when they are an audit's; whether they were."""
+    from ..engine.audit import merge_audit, merges_audit, read_summary
+    from ..progress import emit
+
+    out, shards = (args.files[0], []) if args.out is None else (args.out, args.files)
+    if not merges_audit(out, shards):
+        return False
+    tsv = merge_audit(out, shards, overwrite=args.overwrite, keep=args.keep_shards)
+    emit(read_summary(tsv.parent).line())
+    print(f"results: {tsv.parent}")
+    return True

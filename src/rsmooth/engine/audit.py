@@ -16,7 +16,10 @@ Each counterexample is written so it can be replayed: ``counterexamples/idx-I.np
 float32), ``idx-I.point.npy`` (x' itself: x + delta in float32 need not give x' back to the bit,
 and bits are what the float attack reads) and ``idx-I.json`` (class, radius, norm, PREDICT's answer
 and its votes, the seed).  ``counterexamples.json`` lists them all and ``audit.json`` holds the
-settings and the summary; ``audit.tsv`` has one row per image (resumable).
+settings and the summary; ``audit.tsv`` has one row per image (resumable), its sidecar
+``audit.tsv.json`` the settings and whether it is complete.  Every image's randomness is drawn
+from ``(seed, "audit", image, attack, round)``, so the audit can be split into shards
+(``shard=(I, K)``, torchrun ranks) whose merge (:data:`AUDIT`) gives the one-process files.
 """
 from __future__ import annotations
 
@@ -32,8 +35,8 @@ import torch
 
 from ..attacks.evaluate import EVAL_ATTACKS, EVAL_NUM_NOISE, EVAL_STEPS, attack_smoothed
 from ..errors import RsmoothError, check
-from ..fileio import atomic_write_bytes, make_folder_nofollow, open_nofollow, run_lock
-from ..metrics import read_certify_tsv, read_sidecar
+from ..fileio import atomic_write_bytes, make_folder_nofollow, open_nofollow, remove_stale_temps, run_lock
+from ..metrics import read_certify_tsv, read_sidecar, sidecar_path, write_sidecar
 from ..metrics.intervals import clopper_pearson_interval, wrong_certificates_bound
 from ..paths import check_output_dir
 from ..progress import Heartbeat, emit, progress_bar
@@ -41,14 +44,27 @@ from ..seeding import generator, validate_seed
 from ..smoothing import Smooth, validate_alpha, validate_count
 from ..smoothing.procedures import ABSTAIN
 from ..smoothing.noises import Noise
+from . import distributed
 from .attack import attack_noise, predict_votes
-from .shards import lock_path
+from .shards import (SHARD_FIELDS, ShardKind, continue_as_shards, identity_diff, int_field, lock_path, merge_shards,
+                     parse_shard, shard_names, shard_path, shard_share)
 
 PathLike = Union[str, Path]
 AUDIT_COLUMNS = ("idx", "label", "class", "radius", "eps", "checks", "counterexample", "predict", "norm", "time")
 AUDIT_HEADER = "\t".join(AUDIT_COLUMNS)
 #: the attacks' eps is the radius times (1 - this): just inside the certified ball
 DEFAULT_SHRINK = 1e-3
+#: the rows' file in OUT; a shard's is ``audit.shard-I-of-K.tsv``, each with its sidecar ``NAME.json``
+AUDIT_TSV = "audit.tsv"
+#: where audits before sidecars kept their settings (read to continue them)
+LEGACY_SETTINGS = "audit.settings.json"
+#: what the sidecar's ``kind`` says of an audit file
+AUDIT_KIND = "rsmooth-audit"
+#: sidecar fields that must agree for an audit to continue its file, and for shards to merge
+AUDIT_IDENTITY = ("kind", "certify_sha256", "checkpoint_sha256", "noise", "sigma", "noise_params", "n",
+                  "alpha_predict", "alpha", "seed", "beta", "attacks", "restarts", "num_steps", "num_noise", "shrink")
+#: sidecar fields that are not settings (audit.json has the settings)
+_RUN_FIELDS = ("kind", "num_examples", "started", "finished", "complete", "merged_shards", *SHARD_FIELDS)
 
 
 @dataclass
@@ -159,6 +175,7 @@ class AuditJob:
     beta: float = 0.05
     batch_size: int = 1000
     max: Optional[int] = None
+    shard: Optional[Union[str, Sequence[int]]] = None
     seed: int = 0
     data_dir: Optional[str] = None
     device: Optional[str] = None
@@ -177,6 +194,8 @@ class AuditJob:
                                    f"got {self.shrink!r}")
         check((self.points is None) == (self.indices is None),
               "--points and --indices go together: the perturbed inputs and the test index of each")
+        check(self.points is None or self.shard is None,
+              "--points are checked in one process: drop --shard (it splits the attacks of the certified images)")
         values = {"indices": _indices(self.indices), "attacks": tuple(dict.fromkeys(attacks)),
                   "restarts": validate_count("restarts", self.restarts, minimum=0),
                   "num_steps": validate_count("num_steps", self.num_steps),
@@ -185,6 +204,7 @@ class AuditJob:
                   "alpha": None if self.alpha is None else validate_alpha(self.alpha),
                   "batch_size": validate_count("batch_size", self.batch_size),
                   "max": None if self.max is None else validate_count("max", self.max),
+                  "shard": None if self.shard is None else parse_shard(self.shard),
                   "seed": validate_seed(self.seed)}
         for key, value in values.items():
             object.__setattr__(self, key, value)
@@ -198,8 +218,9 @@ def run_audit(checkpoint: str, certify: str, out: str, *, attacks: Sequence[str]
               shrink: float = DEFAULT_SHRINK, n: Optional[int] = None, alpha: Optional[float] = None,
               points: Optional[str] = None, indices: Optional[Union[Sequence[int], str]] = None,
               beta: float = 0.05,
-              batch_size: int = 1000, max: Optional[int] = None, seed: int = 0, data_dir: Optional[str] = None,
-              device: Optional[str] = None, trust_pickle: bool = False, trust_code: bool = False,
+              batch_size: int = 1000, max: Optional[int] = None, shard: Optional[Union[str, Sequence[int]]] = None,
+              seed: int = 0, data_dir: Optional[str] = None, device: Optional[str] = None,
+              trust_pickle: bool = False, trust_code: bool = False,
               model_options: Optional[Dict[str, Any]] = None, progress: bool = True,
               log: Callable[[str], None] = print, heartbeat: Optional[float] = None) -> AuditSummary:
     """Audit the certificates of the certify TSV ``certify`` (made from ``checkpoint``) into the folder ``out``.
@@ -211,6 +232,12 @@ def run_audit(checkpoint: str, certify: str, out: str, *, attacks: Sequence[str]
     .npy [N, C, H, W]) and ``indices`` (N test indices, or a .npy of them), those points are checked instead.  The
     noise is the certify file's (its sidecar's ``noise`` and ``sigma``).  Returns the
     :class:`AuditSummary` (also in ``out/audit.json``); see the module docstring for the files.
+
+    ``shard=(I, K)`` (or ``"I/K"``) audits positions I, I+K, ... of the certified images into
+    ``out/audit.shard-I-of-K.tsv`` (its counterexamples into ``out/counterexamples/``);
+    :func:`merge_audit` (``rsmooth merge OUT``) joins the K shards into the files one process
+    writes, and returns this shard's summary.  Under ``torchrun`` each rank audits shard
+    RANK/WORLD_SIZE and rank 0 merges (and returns the whole summary).
 
     Example:
         ```python
@@ -251,12 +278,33 @@ def _indices(indices: Any) -> Optional[List[int]]:
 
 
 def _run(job: AuditJob) -> AuditSummary:
+    world, shard = distributed.rank_shard(job.shard, "audits")
+    check(job.points is None or shard is None, "--points are checked in one process: drop --shard (or torchrun)")
+    ctx, settings = _setup(job, world)
+    if job.points is not None:
+        with run_lock(lock_path(ctx.out / AUDIT_TSV), ctx.out / AUDIT_TSV):
+            found, images = ctx.points()
+        return _finish(ctx.out, settings, found, _summary(settings, images, len(found)), ctx.log)
+    targets = [i for i, (_, c, r) in sorted(ctx.rows.items()) if c >= 0 and r > 0][:job.max]
+    meta = {"kind": AUDIT_KIND, **settings, "num_examples": len(targets),
+            "started": datetime.datetime.now().isoformat(timespec="seconds")}
+    if shard is None:  # audit.json is written before audit.tsv's sidecar says complete
+        found = ctx.into(ctx.out / AUDIT_TSV, targets, meta, then=lambda found: _write_results(
+            ctx.out, settings, found, _summary(settings, len(targets), len(found))))
+        summary = _summary(settings, len(targets), len(found))
+        emit(summary.line(), ctx.log)
+        return summary
+    return _sharded(ctx, world, shard, targets, meta)
+
+
+def _setup(job: AuditJob, world: distributed.World) -> Tuple["_Audit", dict]:
+    """The audit's model, noise and data on this rank's device, and the settings its files record."""
     from ..data import get_dataset
     from .checkpoint import file_sha256, load_model, resolve_device
 
     check_output_dir(job.out)
     meta, rows = _certified(job.certify)
-    dev = resolve_device(job.device)
+    dev = distributed.rank_device(resolve_device(job.device), world)
     loaded = load_model(job.checkpoint, dataset=meta.get("dataset"), trust_pickle=job.trust_pickle,
                         trust_code=job.trust_code, **(job.model_options or {}))
     sha = meta.get("checkpoint_sha256")
@@ -278,21 +326,72 @@ def _run(job: AuditJob) -> AuditSummary:
                 "alpha": float(meta.get("alpha") or 0.001), "seed": job.seed, "beta": job.beta}
     if job.points is not None:
         settings.update(points=str(job.points), indices=[int(i) for i in job.indices])
-        checks = 1
     else:
         settings.update(attacks=list(job.attacks), restarts=job.restarts, num_steps=job.num_steps,
                         num_noise=job.num_noise, shrink=job.shrink)
-        checks = job.restarts * len(job.attacks)
-    ctx = _Audit(job, smooth, model, noise, data, dev, out, n, alpha_p, rows)
-    with run_lock(lock_path(out / "audit.tsv"), out / "audit.tsv"):
-        found, images = ctx.points() if job.points is not None else ctx.attacks(settings)
-    summary = AuditSummary(images, len(found), checks, settings["alpha"], alpha_p, job.beta)
+    log, show = (job.log, job.progress) if world.main else (distributed.quiet, False)
+    return _Audit(job, smooth, model, noise, data, dev, out, n, alpha_p, rows, log, show), settings
+
+
+def _sharded(ctx: "_Audit", world: distributed.World, shard: Tuple[int, int], targets: List[int],
+             meta: dict) -> AuditSummary:
+    """Shard ``shard`` of the certified images into OUT/audit.shard-I-of-K.tsv; under torchrun
+    every rank one, then rank 0 merges them."""
+    tsv, settings = ctx.out / AUDIT_TSV, {k: v for k, v in meta.items() if k not in _RUN_FIELDS}
+    if world.size == 1 or world.main:  # a shard job starts its own shard; under torchrun rank 0 starts them all
+        begun = [shard] if world.size == 1 else [(k, world.size) for k in range(world.size)]
+        continue_as_shards(tsv, meta, targets, begun, identity=AUDIT_IDENTITY, header=AUDIT_HEADER,
+                           units=lambda p: [int(ln.split("\t")[0]) for ln in _complete_lines(p)],
+                           begin=lambda path, old, mine: {}, log=ctx.log)
+    mine = shard_share(targets, shard)
+    smeta = {**meta, "shard": list(shard), "subset_size": len(targets), "num_examples": len(mine)}
+    if world.size == 1:
+        found = ctx.into(shard_path(tsv, shard), mine, smeta)
+        summary = _summary(settings, len(mine), len(found))
+        emit(f"shard {shard[0]}/{shard[1]}: {summary.line()}", ctx.log)
+        return summary
+    with distributed.process_group(ctx.device, timeout=datetime.timedelta(days=7)):
+        distributed.barrier(world, "rank 0's start of the shards")
+        found = ctx.into(shard_path(tsv, shard), mine, smeta)
+        summary = _summary(settings, len(mine), len(found))
+        distributed.barrier(world, "the other ranks' audit shards")
+        if world.main:
+            merge_audit(ctx.out, overwrite=True, log=ctx.log)  # as one process replaces other settings
+            summary = read_summary(ctx.out)
+            emit(summary.line(), ctx.log)
+        distributed.barrier(world, "rank 0's merge")
+    return summary
+
+
+def _summary(settings: dict, images: int, found: int) -> AuditSummary:
+    """The summary of ``found`` counterexamples in ``images`` audited with ``settings``."""
+    checks = 1 if "points" in settings else settings["restarts"] * len(settings["attacks"])
+    return AuditSummary(images, found, checks, settings["alpha"], settings["alpha_predict"], settings["beta"])
+
+
+def _finish(out: Path, settings: dict, found: List[dict], summary: AuditSummary,
+            log: Callable[[str], None]) -> AuditSummary:
+    """Write OUT/counterexamples.json and OUT/audit.json (settings and summary); print the summary."""
+    _write_results(out, settings, found, summary)
+    emit(summary.line(), log)
+    return summary
+
+
+def _write_results(out: Path, settings: dict, found: List[dict], summary: AuditSummary) -> None:
     atomic_write_bytes(out / "counterexamples.json", (json.dumps(found, indent=2) + "\n").encode("utf-8"))
     record = {**settings, "summary": {**asdict(summary), "consistent": summary.consistent, "line": summary.line()},
               "finished": datetime.datetime.now().isoformat(timespec="seconds")}
     atomic_write_bytes(out / "audit.json", (json.dumps(record, indent=2) + "\n").encode("utf-8"))
-    emit(summary.line(), job.log)
-    return summary
+
+
+def read_summary(out: PathLike) -> AuditSummary:
+    """The :class:`AuditSummary` that ``out/audit.json`` records."""
+    record = _read_json(Path(out) / "audit.json")
+    check(isinstance(record, dict) and isinstance(record.get("summary"), dict),
+          f"{Path(out) / 'audit.json'} is missing or damaged; rerun the audit (or 'rsmooth merge {out}')")
+    s = record["summary"]
+    return AuditSummary(s["images"], s["counterexamples"], s["checks_per_image"], s["alpha"], s["alpha_predict"],
+                        s["beta"])
 
 
 @dataclass
@@ -307,6 +406,8 @@ class _Audit:
     n: int
     alpha: float
     rows: Dict[int, Tuple[int, int, float]]
+    log: Callable[[str], None] = print
+    progress: bool = True
 
     def check(self, x, point, idx, c, r, gen, seed) -> PointCheck:
         pc = check_point(self.smooth, x, point, idx, c, r, n=self.n, alpha=self.alpha,
@@ -314,50 +415,71 @@ class _Audit:
         pc.seed = seed
         return pc
 
-    def attacks(self, settings: dict) -> Tuple[List[dict], int]:
-        """Attack every certified row into audit.tsv (resumed when it holds the same settings)."""
-        job, tsv = self.job, self.out / "audit.tsv"
-        old = _read_json(self.out / "audit.settings.json")
-        fresh = old != settings or not tsv.is_file()
-        done = set() if fresh else {int(ln.split("\t")[0]) for ln in _complete_lines(tsv)}
+    def into(self, tsv: Path, images: List[int], meta: dict,
+             then: Callable[[List[dict]], None] = lambda found: None) -> List[dict]:
+        """Attack ``images`` into ``tsv`` (continuing it when it holds the same settings), under its
+        lock; the counterexamples among them, given to ``then`` before ``tsv`` is marked complete."""
+        with run_lock(lock_path(tsv), tsv):
+            remove_stale_temps(tsv, sidecar_path(tsv))
+            done = self.start(tsv, images, meta)
+            todo = [i for i in images if i not in done]
+            shard = meta.get("shard")
+            desc = "audit" + ("" if shard is None else f" (shard {shard[0]}/{shard[1]})")
+            beat = Heartbeat(len(images), desc=desc, unit="images", done=len(images) - len(todo),
+                             interval=self.job.heartbeat, enabled=self.progress, log=self.log)
+            with open_nofollow(tsv, "a", encoding="utf-8", newline="\n") as f:
+                for i in progress_bar(todo, total=len(todo), desc=desc, enabled=self.progress):
+                    f.write(self.image(i))
+                    f.flush()
+                    beat.update(1, self.job.restarts * len(self.job.attacks) * self.n)
+            chosen = set(images)
+            found = _found(self.out, [ln for ln in _complete_lines(tsv) if int(ln.split("\t")[0]) in chosen])
+            then(found)
+            write_sidecar(tsv, {**meta, "finished": datetime.datetime.now().isoformat(timespec="seconds"),
+                                "complete": True})
+            return found
+
+    def start(self, tsv: Path, images: List[int], meta: dict) -> set:
+        """Mark ``tsv`` incomplete; the images its rows hold when it continues a run of ``meta``'s
+        settings, else none (its rows and their counterexample files are dropped)."""
+        old = _read_json(sidecar_path(tsv)) if sidecar_path(tsv).is_file() else _legacy_settings(tsv)
+        keys = (*AUDIT_IDENTITY, *(SHARD_FIELDS if "shard" in meta else ()))
+        fresh = not (tsv.is_file() and isinstance(old, dict)) or bool(identity_diff(old, meta, keys))
+        lines = [] if fresh else _complete_lines(tsv)
         if fresh:
-            atomic_write_bytes(self.out / "audit.settings.json", (json.dumps(settings, indent=2) + "\n").encode())
-            atomic_write_bytes(tsv, (AUDIT_HEADER + "\n").encode("utf-8"))
-            for p in (self.out / "counterexamples").glob("idx-*"):
+            drop = ["idx-*"] if "shard" not in meta else [f"idx-{i}.*" for i in images]
+            for p in [p for pattern in drop for p in (self.out / "counterexamples").glob(pattern)]:
                 p.unlink()
         else:
-            atomic_write_bytes(tsv, "".join([AUDIT_HEADER + "\n", *_complete_lines(tsv)]).encode("utf-8"))
-        targets = [i for i, (_, c, r) in sorted(self.rows.items()) if c >= 0 and r > 0][:job.max]
-        todo = [i for i in targets if i not in done]
-        beat = Heartbeat(len(targets), desc="audit", unit="images", done=len(targets) - len(todo),
-                         interval=job.heartbeat, enabled=job.progress, log=job.log)
-        with open_nofollow(tsv, "a", encoding="utf-8", newline="\n") as f:
-            for i in progress_bar(todo, total=len(todo), desc="audit", enabled=job.progress):
-                t0 = time.perf_counter()
-                label, c, r = self.rows[i]
-                x = self.data[i][0].to(self.device)
-                eps, last, k = r * (1 - job.shrink), None, 0
-                for rnd in range(job.restarts):
-                    for name in job.attacks:
-                        k += 1
-                        seed = [job.seed, "audit", i, name, rnd]
-                        gen = generator(*seed, device=self.device)
-                        adv = attack_smoothed(self.model, x.unsqueeze(0), torch.tensor([c], device=self.device),
-                                              self.noise, eps=eps, attack=name, num_steps=job.num_steps,
-                                              num_noise=job.num_noise, generator=gen)[0]
-                        last = (self.check(x, adv, i, c, r, gen, seed), adv)
-                        if last[0].counterexample:
-                            write_counterexample(self.out / "counterexamples", last[0], x, adv, f"idx-{i}")
-                            break
-                    if last is not None and last[0].counterexample:
-                        break
-                pc = last[0] if last else None
-                f.write(f"{i}\t{label}\t{c}\t{r!r}\t{eps!r}\t{k}\t{int(bool(pc and pc.counterexample))}\t"
-                        f"{pc.predict if pc else ''}\t{pc.norm if pc else ''}\t{time.perf_counter() - t0:.3f}\n")
-                f.flush()
-                beat.update(1, k * self.n)
-        found = [_read_json(p) for p in sorted((self.out / "counterexamples").glob("idx-*.json"))]
-        return [r for r in found if r is not None], len(targets)
+            meta["started"] = old.get("started", meta["started"])
+        write_sidecar(tsv, {**meta, "complete": False})
+        if tsv.name == AUDIT_TSV:
+            (tsv.parent / LEGACY_SETTINGS).unlink(missing_ok=True)  # its sidecar now holds the settings
+        atomic_write_bytes(tsv, "".join([AUDIT_HEADER + "\n", *lines]).encode("utf-8"))
+        return {int(ln.split("\t")[0]) for ln in lines}
+
+    def image(self, i: int) -> str:
+        """Attack image ``i`` (writing a counterexample it finds); its audit.tsv row."""
+        job, t0 = self.job, time.perf_counter()
+        label, c, r = self.rows[i]
+        x = self.data[i][0].to(self.device)
+        eps, last, k = r * (1 - job.shrink), None, 0
+        for rnd in range(job.restarts):
+            for name in job.attacks:
+                k += 1
+                seed = [job.seed, "audit", i, name, rnd]
+                gen = generator(*seed, device=self.device)
+                adv = attack_smoothed(self.model, x.unsqueeze(0), torch.tensor([c], device=self.device),
+                                      self.noise, eps=eps, attack=name, num_steps=job.num_steps,
+                                      num_noise=job.num_noise, generator=gen)[0]
+                last = self.check(x, adv, i, c, r, gen, seed)
+                if last.counterexample:
+                    write_counterexample(self.out / "counterexamples", last, x, adv, f"idx-{i}")
+                    break
+            if last is not None and last.counterexample:
+                break
+        return (f"{i}\t{label}\t{c}\t{r!r}\t{eps!r}\t{k}\t{int(bool(last and last.counterexample))}\t"
+                f"{last.predict if last else ''}\t{last.norm if last else ''}\t{time.perf_counter() - t0:.3f}\n")
 
     def points(self) -> Tuple[List[dict], int]:
         """Check the user's points (one PREDICT each)."""
@@ -375,7 +497,7 @@ class _Audit:
             check(i in self.rows, f"--indices: image {i} is not in {job.certify}")
             label, c, r = self.rows[i]
             if c < 0 or r <= 0:
-                job.log(f"point {k}: image {i} is not certified (abstained), nothing to break")
+                self.log(f"point {k}: image {i} is not certified (abstained), nothing to break")
                 continue
             audited.add(i)
             x = self.data[i][0].to(self.device)
@@ -383,7 +505,7 @@ class _Audit:
             seed = [job.seed, "audit-point", i, k]
             pc = self.check(x, point, i, c, r, generator(*seed, device=self.device), seed)
             if not pc.inside:
-                job.log(f"point {k}: ||x' - x|| = {pc.norm:.6g} is not below image {i}'s radius {r:.6g}")
+                self.log(f"point {k}: ||x' - x|| = {pc.norm:.6g} is not below image {i}'s radius {r:.6g}")
             if pc.counterexample:
                 found.append(write_counterexample(self.out / "counterexamples", pc, x, point, f"idx-{i}-p{k}"))
         return found, len(audited)
@@ -400,6 +522,114 @@ def _read_json(p: Path) -> Optional[Any]:
         return json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def _legacy_settings(tsv: Path) -> Optional[dict]:
+    """The settings an audit written before audit.tsv had a sidecar kept in audit.settings.json."""
+    old = _read_json(tsv.parent / LEGACY_SETTINGS) if tsv.name == AUDIT_TSV else None
+    return {**old, "kind": AUDIT_KIND} if isinstance(old, dict) else None
+
+
+def _found(out: Path, lines: Sequence[str]) -> List[dict]:
+    """The records (OUT/counterexamples/idx-I.json, by file name) of the audit rows ``lines`` that
+    found a counterexample."""
+    names = sorted(f"idx-{f[0]}.json" for f in (ln.split("\t") for ln in lines) if f[6] == "1")
+    records = [_read_json(out / "counterexamples" / name) for name in names]
+    for name, record in zip(names, records):
+        check(isinstance(record, dict), f"{out / 'counterexamples' / name} is missing or damaged, though audit.tsv "
+                                        f"records a counterexample there; delete that image's row and rerun the audit")
+    return records
+
+
+# -- shards ---------------------------------------------------------------------------------
+
+def _shard_rows(p: Path, meta: dict) -> List[Tuple[int, str]]:
+    """(idx, line) of the rows of the complete audit shard ``p``, checked to be whole rows."""
+    text = p.read_text(encoding="utf-8")
+    check(text.split("\n", 1)[0] == AUDIT_HEADER, f"{p} is not an audit TSV (its header is not {AUDIT_HEADER!r}); "
+                                                  f"rerun its audit command")
+    lines = [ln if ln.endswith("\n") else ln + "\n" for ln in text.splitlines(keepends=True)[1:] if ln.strip()]
+    bad = next((ln for ln in lines if len(ln.split("\t")) != len(AUDIT_COLUMNS) or not ln.split("\t")[0].isdigit()),
+               None)
+    check(bad is None, f"{p} has a damaged row ({(bad or '').strip()[:40]!r}); rerun its audit command")
+    return [(int(ln.split("\t")[0]), ln) for ln in lines]
+
+
+def _join(out: Path, shards: List[Tuple[Path, dict]]) -> Tuple[dict, Callable[[], None], str]:
+    """OUT/audit.tsv (rows by idx), counterexamples.json and audit.json from the audit shards."""
+    first, k = shards[0][1], len(shards)
+    rows = sorted(row for p, meta in shards for row in _shard_rows(p, meta))
+    idx = [i for i, _ in rows]
+    check(len(set(idx)) == len(idx) == first["subset_size"],
+          f"the shards of {out} hold {len(idx)} rows of {len(set(idx))} images, the audit has {first['subset_size']} "
+          f"certified images; rerun the shards' audit commands")
+    for p, meta in shards:
+        held = [i for i, _ in _shard_rows(p, meta)]
+        check(sorted(held) == idx[meta["shard"][0]::k], f"audit shard {meta['shard'][0]}/{k} ({p}) does not hold "
+                                                        f"exactly its share of the certified images; rerun it")
+    settings = {key: v for key, v in first.items() if key not in _RUN_FIELDS}
+    found = _found(out.parent, [ln for _, ln in rows])
+    summary = _summary(settings, len(rows), len(found))
+    merged = {key: v for key, v in first.items() if key not in SHARD_FIELDS}
+    merged.update(num_examples=len(rows), merged_shards=k, started=min(str(m.get("started", "")) for _, m in shards),
+                  finished=datetime.datetime.now().isoformat(timespec="seconds"))
+
+    def write() -> None:
+        atomic_write_bytes(out, "".join([AUDIT_HEADER + "\n", *(ln for _, ln in rows)]).encode("utf-8"))
+        kept = {name for r in found for name in (f"{Path(r['delta']).stem}.json", r["delta"], r["point"])}
+        for p in (out.parent / "counterexamples").glob("idx-*"):
+            if p.name not in kept:  # another run's (the one-process audit starts by deleting them all)
+                p.unlink()
+        _write_results(out.parent, settings, found, summary)
+        (out.parent / LEGACY_SETTINGS).unlink(missing_ok=True)
+
+    return merged, write, f": {len(rows)} images, {len(found)} counterexamples"
+
+
+def _damage(meta: dict) -> str:
+    """What is wrong with an audit shard's own fields ("" when nothing)."""
+    wrong = int_field(meta, "subset_size", 0) or int_field(meta, "num_examples", 0)
+    if wrong:
+        return wrong
+    (i, k), size = meta["shard"], meta["subset_size"]
+    share = len(range(i, size, k))
+    return "" if meta["num_examples"] == share else (f"num_examples is {meta['num_examples']}, but shard {i}/{k} of "
+                                                    f"{size} images has {share}")
+
+
+def _progress(p: Path, meta: dict) -> str:
+    rows = len(_complete_lines(p)) if p.is_file() else 0
+    return f" ({rows} of {meta.get('num_examples')} images)"
+
+
+#: audit shards (``rsmooth audit --shard I/K``, torchrun ranks), merged by ``rsmooth merge OUT``
+AUDIT = ShardKind(command="audit", noun="audit shard", identity=AUDIT_IDENTITY, shard_fields=SHARD_FIELDS,
+                  companions=(), damage=_damage, join=_join, progress=_progress)
+
+
+def merge_audit(out: PathLike, shards: Optional[Sequence[PathLike]] = None, *, overwrite: bool = False,
+                keep: bool = False, log: Callable[[str], None] = print) -> Path:
+    """Join the audit shards in the folder ``out`` (``audit.shard-I-of-K.tsv``; or the ``shards``
+    given, which must lie there) into the files one process writes: ``audit.tsv`` (rows by idx),
+    ``counterexamples.json`` and ``audit.json`` (the summary computed as one process does);
+    :func:`~rsmooth.engine.shards.merge_shards` otherwise.  Returns ``out/audit.tsv``."""
+    out = Path(out)
+    tsv = out if out.suffix == ".tsv" else out / AUDIT_TSV
+    for p in map(Path, shards or ()):
+        check(p.parent.resolve() == tsv.parent.resolve(), f"audit shard {p} is not in {tsv.parent}: audit shards "
+                                                           f"merge in their folder, beside their counterexamples")
+    return merge_shards(tsv, AUDIT, shards, overwrite=overwrite, keep=keep, log=log)
+
+
+def merges_audit(out: PathLike, shards: Sequence[PathLike] = ()) -> bool:
+    """Whether ``rsmooth merge`` of ``out`` (a folder or its audit.tsv) and ``shards`` is an audit's."""
+    out = Path(out)
+    tsv = out / AUDIT_TSV if out.is_dir() else out
+    for p in [*map(Path, shards), *shard_names(tsv, AUDIT).values(), tsv]:
+        meta = _read_json(sidecar_path(p))
+        if isinstance(meta, dict) and meta.get("kind") == AUDIT_KIND:
+            return True
+    return False
 
 
 def audit_points(smooth: Smooth, images: Sequence[torch.Tensor], points: Sequence[torch.Tensor],
