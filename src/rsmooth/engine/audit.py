@@ -604,7 +604,7 @@ def _progress(p: Path, meta: dict) -> str:
 
 #: audit shards (``rsmooth audit --shard I/K``, torchrun ranks), merged by ``rsmooth merge OUT``
 AUDIT = ShardKind(command="audit", noun="audit shard", identity=AUDIT_IDENTITY, shard_fields=SHARD_FIELDS,
-                  companions=(), damage=_damage, join=_join, progress=_progress)
+                  companions=(), damage=_damage, join=_join, progress=_progress, restart="")
 
 
 def merge_audit(out: PathLike, shards: Optional[Sequence[PathLike]] = None, *, overwrite: bool = False,
@@ -625,6 +625,8 @@ def merges_audit(out: PathLike, shards: Sequence[PathLike] = ()) -> bool:
     """Whether ``rsmooth merge`` of ``out`` (a folder or its audit.tsv) and ``shards`` is an audit's."""
     out = Path(out)
     tsv = out / AUDIT_TSV if out.is_dir() else out
+    if out.is_dir() and (tsv.exists() or shard_names(tsv, AUDIT)):
+        return True  # an audit folder, whatever state its sidecars are in
     for p in [*map(Path, shards), *shard_names(tsv, AUDIT).values(), tsv]:
         meta = _read_json(sidecar_path(p))
         if isinstance(meta, dict) and meta.get("kind") == AUDIT_KIND:
