@@ -153,6 +153,33 @@ def test_audit_rows_summary_and_resume(run, tmp_path, monkeypatch):
     assert not (tmp_path / "audit.settings.json").exists() and (tmp_path / "audit.tsv.json").is_file()
 
 
+def test_an_audit_of_other_settings_is_kept_unless_overwrite(run, tmp_path, capsys):
+    """Its rows and counterexamples are never deleted by a run of other settings without --overwrite:
+    one line naming the setting; the same settings continue; --overwrite replaces it."""
+    from rsmooth.cli import main
+
+    ckpt, cert = run
+    counter = tmp_path / "counterexamples" / "idx-0.json"
+    run_audit(ckpt, cert, str(tmp_path), **FAST)
+    counter.parent.mkdir(exist_ok=True)
+    counter.write_text("{}")  # stands for a counterexample the first audit found
+    rows = (tmp_path / "audit.tsv").read_text()
+    np.save(tmp_path / "p.npy", np.zeros((1, 1, 8, 8), dtype=np.float32))
+    for kw, says in [(dict(num_steps=3), "num_steps=2, not 3"), (dict(num_steps=3, shard="0/2"), "num_steps=2"),
+                     (dict(points=str(tmp_path / "p.npy"), indices=[0]), "attacks=['pgd'], not None")]:
+        with pytest.raises(RsmoothError, match="pass overwrite=True to replace it") as e:
+            run_audit(ckpt, cert, str(tmp_path), **{**FAST, **kw})
+        assert says in str(e.value) and "\n" not in str(e.value)
+    assert (tmp_path / "audit.tsv").read_text() == rows and counter.is_file()
+    (tmp_path / "audit.json").write_text("{damaged")
+    argv = ["audit", "--checkpoint", ckpt, "--certify", cert, "--out", str(tmp_path), "--num-steps", "2",
+            "--num-noise", "2", "--n", "100", "--batch-size", "100", "--arch", "digits_cnn"]
+    assert main(argv) != 0
+    assert "audit.json holds an audit whose metadata is missing or damaged" in capsys.readouterr().err
+    assert main([*argv, "--overwrite"]) == 0 and not counter.exists()
+    assert (tmp_path / "audit.tsv").read_text().splitlines()[1:] != [] and json.loads((tmp_path / "audit.json").read_text())
+
+
 def test_points_are_checked_and_counterexamples_written(run, tmp_path, monkeypatch):
     ckpt, cert = run
     from rsmooth.data import get_dataset
@@ -331,8 +358,8 @@ def test_bad_shard_input_is_one_line(run, tmp_path, capsys):
     for change, says in [({"complete": False}, "is incomplete"), ({"n": 200}, "n=200")]:
         side.write_text(json.dumps({**meta, **change}))
         refused(says)
-    side.write_text("{damaged")  # the merge knows the folder is an audit's, and the audit restarts a shard by itself
-    refused("audit.shard-1-of-2.tsv.json is damaged (not a JSON object); rerun its audit command with --shard I/K")
+    side.write_text("{damaged")  # still known as an audit folder: the advice is the audit's
+    refused("audit.shard-1-of-2.tsv.json is damaged (not a JSON object); rerun its audit command with --shard I/K --overwrite")
     side.write_text(json.dumps(meta))
     tsv.write_text(rows.rsplit("\n", 2)[0] + "\n")  # its last row lost
     refused("rows of")

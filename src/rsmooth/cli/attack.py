@@ -104,6 +104,8 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--beta", type=number, default=0.05, help="miss probability of the interval and of the count "
                    "alpha allows (default: 0.05)")
     a.add_argument("--max", type=integer, help="audit at most this many certified examples (default: all)")
+    a.add_argument("--overwrite", action="store_true", help="replace an audit of other settings in --out (its rows "
+                   "and counterexamples are deleted) instead of refusing; an audit of the same settings continues")
     a.add_argument("--shard", metavar="I/K", help="one of K independent jobs: every K-th certified example from "
                    "position I into OUT/audit.shard-I-of-K.tsv; 'rsmooth merge OUT' joins them. Under torchrun "
                    "each rank takes shard RANK/WORLD_SIZE and rank 0 merges")
@@ -137,6 +139,7 @@ def run_audit_command(args: argparse.Namespace) -> None:
               num_steps=args.num_steps, num_noise=args.num_noise, shrink=args.shrink, n=args.n, alpha=args.alpha,
               points=args.points, indices=_indices(args.indices), beta=args.beta, batch_size=args.batch_size,
               max=args.max, shard=args.shard, seed=args.seed, data_dir=args.data_dir, device=args.device,
+              overwrite=args.overwrite,
               trust_pickle=args.trust_pickle, trust_code=args.trust_code, model_options=model_options(args),
               heartbeat=args.heartbeat)
     if world().main:

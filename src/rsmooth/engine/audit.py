@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ..attacks.evaluate import EVAL_ATTACKS, EVAL_NUM_NOISE, EVAL_STEPS, attack_smoothed
-from ..errors import RsmoothError, check
+from ..errors import RsmoothError, check, setting
 from ..fileio import atomic_write_bytes, make_folder_nofollow, open_nofollow, remove_stale_temps, run_lock
 from ..metrics import read_certify_tsv, read_sidecar, sidecar_path, write_sidecar
 from ..metrics.intervals import clopper_pearson_interval, wrong_certificates_bound
@@ -179,6 +179,7 @@ class AuditJob:
     seed: int = 0
     data_dir: Optional[str] = None
     device: Optional[str] = None
+    overwrite: bool = False
     trust_pickle: bool = False
     trust_code: bool = False
     model_options: Optional[Dict[str, Any]] = None
@@ -220,7 +221,7 @@ def run_audit(checkpoint: str, certify: str, out: str, *, attacks: Sequence[str]
               beta: float = 0.05,
               batch_size: int = 1000, max: Optional[int] = None, shard: Optional[Union[str, Sequence[int]]] = None,
               seed: int = 0, data_dir: Optional[str] = None, device: Optional[str] = None,
-              trust_pickle: bool = False, trust_code: bool = False,
+              overwrite: bool = False, trust_pickle: bool = False, trust_code: bool = False,
               model_options: Optional[Dict[str, Any]] = None, progress: bool = True,
               log: Callable[[str], None] = print, heartbeat: Optional[float] = None) -> AuditSummary:
     """Audit the certificates of the certify TSV ``certify`` (made from ``checkpoint``) into the folder ``out``.
@@ -238,6 +239,9 @@ def run_audit(checkpoint: str, certify: str, out: str, *, attacks: Sequence[str]
     :func:`merge_audit` (``rsmooth merge OUT``) joins the K shards into the files one process
     writes, and returns this shard's summary.  Under ``torchrun`` each rank audits shard
     RANK/WORLD_SIZE and rank 0 merges (and returns the whole summary).
+
+    An ``out`` holding an audit of the same settings is continued; one of other settings (its rows
+    and counterexamples) is an error unless ``overwrite``.
 
     Example:
         ```python
@@ -281,6 +285,8 @@ def _run(job: AuditJob) -> AuditSummary:
     world, shard = distributed.rank_shard(job.shard, "audits")
     check(job.points is None or shard is None, "--points are checked in one process: drop --shard (or torchrun)")
     ctx, settings = _setup(job, world)
+    if not job.overwrite:
+        _refuse_other(ctx.out, settings)
     if job.points is not None:
         with run_lock(lock_path(ctx.out / AUDIT_TSV), ctx.out / AUDIT_TSV):
             found, images = ctx.points()
@@ -356,7 +362,7 @@ def _sharded(ctx: "_Audit", world: distributed.World, shard: Tuple[int, int], ta
         summary = _summary(settings, len(mine), len(found))
         distributed.barrier(world, "the other ranks' audit shards")
         if world.main:
-            merge_audit(ctx.out, overwrite=True, log=ctx.log)  # as one process replaces other settings
+            merge_audit(ctx.out, overwrite=ctx.job.overwrite, log=ctx.log)
             summary = read_summary(ctx.out)
             emit(summary.line(), ctx.log)
         distributed.barrier(world, "rank 0's merge")
@@ -445,6 +451,8 @@ class _Audit:
         old = _read_json(sidecar_path(tsv)) if sidecar_path(tsv).is_file() else _legacy_settings(tsv)
         keys = (*AUDIT_IDENTITY, *(SHARD_FIELDS if "shard" in meta else ()))
         fresh = not (tsv.is_file() and isinstance(old, dict)) or bool(identity_diff(old, meta, keys))
+        if fresh and tsv.is_file() and not self.job.overwrite:
+            raise _occupied(tsv, old, meta, keys)
         lines = [] if fresh else _complete_lines(tsv)
         if fresh:
             drop = ["idx-*"] if "shard" not in meta else [f"idx-{i}.*" for i in images]
@@ -522,6 +530,28 @@ def _read_json(p: Path) -> Optional[Any]:
         return json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+#: the settings in which an audit must agree with the one its OUT holds to continue it
+_SETTINGS_IDENTITY = (*(k for k in AUDIT_IDENTITY if k != "kind"), "points", "indices")
+
+
+def _refuse_other(out: Path, settings: dict) -> None:
+    """Refuse an ``out`` holding an audit of other settings: replacing it would delete its rows and
+    counterexamples (``overwrite`` does)."""
+    for p in (out / "audit.json", sidecar_path(out / AUDIT_TSV), out / LEGACY_SETTINGS):
+        old = _read_json(p) if p.is_file() else settings
+        if not isinstance(old, dict) or identity_diff(old, settings, _SETTINGS_IDENTITY):
+            raise _occupied(p, old, settings, _SETTINGS_IDENTITY)
+
+
+def _occupied(p: Path, old: Any, new: dict, keys: Sequence[str]) -> RsmoothError:
+    """The error for an audit file ``p`` of other settings (``old``) than ``new``, or damaged."""
+    diff = identity_diff(old, new, keys) if isinstance(old, dict) else None
+    what = (f"holds an audit with {diff[0]}={old.get(diff[0])!r}, not {new.get(diff[0])!r}" if diff
+            else "holds an audit whose metadata is missing or damaged")
+    return RsmoothError(f"{p} {what}; pass {setting('overwrite', True)} to replace it (its rows and counterexamples "
+                        f"are deleted) or choose another {setting('out')}")
 
 
 def _legacy_settings(tsv: Path) -> Optional[dict]:
@@ -604,7 +634,7 @@ def _progress(p: Path, meta: dict) -> str:
 
 #: audit shards (``rsmooth audit --shard I/K``, torchrun ranks), merged by ``rsmooth merge OUT``
 AUDIT = ShardKind(command="audit", noun="audit shard", identity=AUDIT_IDENTITY, shard_fields=SHARD_FIELDS,
-                  companions=(), damage=_damage, join=_join, progress=_progress, restart="")
+                  companions=(), damage=_damage, join=_join, progress=_progress)
 
 
 def merge_audit(out: PathLike, shards: Optional[Sequence[PathLike]] = None, *, overwrite: bool = False,

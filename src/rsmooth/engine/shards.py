@@ -72,8 +72,6 @@ class ShardKind:
     join: Callable[[Path, List[Tuple[Path, dict]]], Tuple[dict, Callable[[], None], str]]
     #: what an incomplete shard holds, for its message (" (3 of 5 examples)"; None: not said)
     progress: Optional[Callable[[Path, dict], str]] = None
-    #: the flag that makes the command start a damaged shard over ("": it starts over by itself)
-    restart: str = " --overwrite"
 
 
 def parse_shard(spec: Union[str, Sequence[int]]) -> Shard:
@@ -343,17 +341,17 @@ def _shard_meta(p: Path, kind: ShardKind) -> dict:
         meta = read_sidecar(p)
     except RsmoothError:
         raise RsmoothError(f"{where} is damaged (not a JSON object); rerun its {kind.command} command with "
-                           f"--shard I/K{kind.restart}") from None
+                           f"--shard I/K --overwrite") from None
     check(meta is not None and "shard" in meta, f"{p} is not a {kind.command} shard (its metadata {where} is "
                                                 f"missing or names no shard); rerun its {kind.command} command with "
                                                 f"--shard I/K")
     s = meta["shard"]
     check(isinstance(s, list) and len(s) == 2 and all(map(_is_int, s)) and 0 <= s[0] < s[1],
           f"{where} is damaged (its shard is {s!r}, not [I, K] with 0 <= I < K); rerun its {kind.command} command "
-          f"with --shard I/K{kind.restart}")
+          f"with --shard I/K --overwrite")
     damage = kind.damage(meta)
     check(not damage, f"{where} is damaged ({damage}); rerun its {kind.command} command with --shard {_name(meta)}"
-                      f"{kind.restart}")
+                      f" --overwrite")
     if not meta.get("complete"):
         done = kind.progress(p, meta) if kind.progress else ""
         raise RsmoothError(f"{kind.noun} {_name(meta)} ({p}) is incomplete{done}; rerun its {kind.command} command "
