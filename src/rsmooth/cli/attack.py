@@ -28,8 +28,9 @@ def _attack_flags(p: argparse.ArgumentParser) -> None:
                    "every step (default: 32, the README's --num-noise-vec 32)")
     p.add_argument("--batch-size", type=integer, default=1000, help="noisy inputs per forward pass of PREDICT "
                    "(default: 1000)")
-    p.add_argument("--seed", type=any_integer, default=0, help="seed; every row draws from a stream derived from "
-                   "(seed, image, eps) (default: 0)")
+    p.add_argument("--seed", type=any_integer, default=0, help="seed; every image draws from streams derived from "
+                   "the seed and the image (the attack's: and its eps; the audit's: and its attack and round), "
+                   "so shards and resumed runs write the same rows (default: 0)")
 
 
 def _model_flags(p: argparse.ArgumentParser) -> None:
