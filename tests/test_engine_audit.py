@@ -12,7 +12,7 @@ from torch import nn
 
 from conftest import QUIET
 from rsmooth.engine import run_certification
-from rsmooth.engine.audit import AuditSummary, audit_points, check_point, run_audit
+from rsmooth.engine.audit import AuditSummary, audit_points, check_point, merge_audit, run_audit
 from rsmooth.errors import RsmoothError
 from rsmooth.models import create_model
 from rsmooth.smoothing import Smooth
@@ -390,3 +390,26 @@ def test_torchrun_ranks_give_the_one_process_audit(run, tmp_path):
     assert [ln for ln in (out / "audit.tsv").read_text().splitlines(keepends=True) if ln.endswith("\t123\n")] == kept
     assert json.loads((out / "audit.tsv.json").read_text())["merged_shards"] == 2
     assert summary.line() in done.stdout and f"results: {out} (2 processes)" in done.stdout
+
+
+def test_a_linked_counterexamples_folder_is_refused_and_nothing_deleted(run, tmp_path):
+    """OUT/counterexamples planted as a link to another folder: the audit and the merge of its
+    shards refuse it in one line, and no file there is deleted (they delete idx-* files in it)."""
+    ckpt, cert = run
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "idx-0.json").write_text("a colleague's file\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "counterexamples").symlink_to(elsewhere)
+    with pytest.raises(RsmoothError, match="is a symbolic link") as e:
+        run_audit(ckpt, cert, str(out), **FAST)
+    assert "\n" not in str(e.value)
+    (out / "counterexamples").unlink()
+    for i in (0, 1):
+        run_audit(ckpt, cert, str(out), shard=f"{i}/2", **FAST)
+    (out / "counterexamples").rename(tmp_path / "theirs")
+    (out / "counterexamples").symlink_to(elsewhere)
+    with pytest.raises(RsmoothError, match="is a symbolic link"):
+        merge_audit(out)
+    assert (elsewhere / "idx-0.json").read_text() == "a colleague's file\n"

@@ -456,7 +456,8 @@ class _Audit:
         lines = [] if fresh else _complete_lines(tsv)
         if fresh:
             drop = ["idx-*"] if "shard" not in meta else [f"idx-{i}.*" for i in images]
-            for p in [p for pattern in drop for p in (self.out / "counterexamples").glob(pattern)]:
+            folder = make_folder_nofollow(self.out / "counterexamples")  # a planted link: one line, nothing deleted
+            for p in [p for pattern in drop for p in folder.glob(pattern)]:
                 p.unlink()
         else:
             meta["started"] = old.get("started", meta["started"])
@@ -605,9 +606,10 @@ def _join(out: Path, shards: List[Tuple[Path, dict]]) -> Tuple[dict, Callable[[]
                   finished=datetime.datetime.now().isoformat(timespec="seconds"))
 
     def write() -> None:
+        folder = make_folder_nofollow(out.parent / "counterexamples")  # a planted link: one line, before any write
         atomic_write_bytes(out, "".join([AUDIT_HEADER + "\n", *(ln for _, ln in rows)]).encode("utf-8"))
         kept = {name for r in found for name in (f"{Path(r['delta']).stem}.json", r["delta"], r["point"])}
-        for p in (out.parent / "counterexamples").glob("idx-*"):
+        for p in folder.glob("idx-*"):
             if p.name not in kept:  # another run's (the one-process audit starts by deleting them all)
                 p.unlink()
         _write_results(out.parent, settings, found, summary)
