@@ -9,7 +9,7 @@ import math
 import numbers
 from typing import Optional
 
-from .errors import RsmoothError, check
+from .errors import RsmoothError, check, setting
 
 #: the largest count (samples, examples, batch size, epochs, ...) and index accepted: 2**40, about
 #: 1.1e12, far above any run's (the papers draw n = 1e5 samples per image), while n votes summed over
@@ -25,7 +25,10 @@ def validate_count(name: str, value: int, minimum: int = 1, maximum: Optional[in
 
     Accepts Python and NumPy integers and integer-valued floats (``1e5``); refuses ``None``,
     ``bool``, strings and fractions (``2.7`` is not silently truncated).
+    ``name``: a keyword (``"batch_size"``), which a command's message writes as its flag
+    (``--batch-size``), or a flag itself (``"--epochs"``).
     """
+    name = name if name.startswith("-") else setting(name)
     integral = isinstance(value, numbers.Integral) or (
         isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer())
     check(integral and not isinstance(value, bool), f"{name} must be an integer, got {value!r}")
