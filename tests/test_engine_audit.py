@@ -352,6 +352,12 @@ def test_bad_shard_input_is_one_line(run, tmp_path, capsys):
         assert says in err and len(err.splitlines()) == 1, err
 
     refused("audit shard 1/2 of")  # missing
+    one = tmp_path / "one"  # an unfinished one-process audit: no shards to merge, and the command says so
+    run_audit(ckpt, cert, str(one), **FAST)
+    side = json.loads((one / "audit.tsv.json").read_text())
+    (one / "audit.tsv.json").write_text(json.dumps({**side, "complete": False}))
+    assert main(["merge", str(one)]) != 0
+    assert f"run 'rsmooth audit --shard I/K --out {one}' for I" in capsys.readouterr().err
     run_audit(ckpt, cert, str(out), shard="1/2", **FAST)
     side, tsv = out / "audit.shard-1-of-2.tsv.json", out / "audit.shard-0-of-2.tsv"
     meta, rows = json.loads(side.read_text()), tsv.read_text()

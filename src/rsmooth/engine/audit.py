@@ -636,7 +636,7 @@ def _progress(p: Path, meta: dict) -> str:
 
 #: audit shards (``rsmooth audit --shard I/K``, torchrun ranks), merged by ``rsmooth merge OUT``
 AUDIT = ShardKind(command="audit", noun="audit shard", identity=AUDIT_IDENTITY, shard_fields=SHARD_FIELDS,
-                  companions=(), damage=_damage, join=_join, progress=_progress)
+                  companions=(), damage=_damage, join=_join, progress=_progress, out_is_folder=True)
 
 
 def merge_audit(out: PathLike, shards: Optional[Sequence[PathLike]] = None, *, overwrite: bool = False,

@@ -72,6 +72,8 @@ class ShardKind:
     join: Callable[[Path, List[Tuple[Path, dict]]], Tuple[dict, Callable[[], None], str]]
     #: what an incomplete shard holds, for its message (" (3 of 5 examples)"; None: not said)
     progress: Optional[Callable[[Path, dict], str]] = None
+    #: whether the command's --out is OUT's folder (the audit's), not OUT itself
+    out_is_folder: bool = False
 
 
 def parse_shard(spec: Union[str, Sequence[int]]) -> Shard:
@@ -164,7 +166,7 @@ def find_shards(out: PathLike, kind: Optional[ShardKind] = None) -> List[Path]:
     out, kind = Path(out), kind or CERTIFY
     found = {key: p for key, p in shard_names(out, kind).items() if p.is_file()}
     check(bool(found), f"no shard files of {out} ({shard_path(out, (0, 'K'))} ...); run 'rsmooth {kind.command} "
-                       f"--shard I/K --out {out}' for I = 0..K-1 first")
+                       f"--shard I/K --out {out.parent if kind.out_is_folder else out}' for I = 0..K-1 first")
     counts = sorted({k for _, k in found})
     check(len(counts) == 1, f"shard files of {out} from different shard counts ({', '.join(map(str, counts))}); "
                             f"delete the ones of the count you did not finish")
