@@ -97,4 +97,4 @@ def test_cli_targets(ckpt, tmp_path, capsys):
         f"of the images")
     assert main(["targets", "--checkpoint", str(ckpt), "--num-samples", "0",
                  "--out", str(tmp_path / "d.npy")]) == 2
-    assert "num_samples must be >= 1" in capsys.readouterr().err
+    assert "--num-samples must be >= 1" in capsys.readouterr().err
