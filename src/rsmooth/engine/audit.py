@@ -287,20 +287,22 @@ def _run(job: AuditJob) -> AuditSummary:
     ctx, settings = _setup(job, world)
     if not job.overwrite:
         _refuse_other(ctx.out, settings)
-    if job.points is not None:
-        with run_lock(lock_path(ctx.out / AUDIT_TSV), ctx.out / AUDIT_TSV):
-            found, images = ctx.points()
-        return _finish(ctx.out, settings, found, _summary(settings, images, len(found)), ctx.log)
     targets = [i for i, (_, c, r) in sorted(ctx.rows.items()) if c >= 0 and r > 0][:job.max]
     meta = {"kind": AUDIT_KIND, **settings, "num_examples": len(targets),
             "started": datetime.datetime.now().isoformat(timespec="seconds")}
-    if shard is None:  # audit.json is written before audit.tsv's sidecar says complete
+    if job.points is not None:
+        with run_lock(lock_path(ctx.out / AUDIT_TSV), ctx.out / AUDIT_TSV):
+            found, images = ctx.points()
+        _write_results(ctx.out, settings, found, _summary(settings, images, len(found)))
+    elif shard is None:  # audit.json is written before audit.tsv's sidecar says complete
+        images = len(targets)
         found = ctx.into(ctx.out / AUDIT_TSV, targets, meta, then=lambda found: _write_results(
-            ctx.out, settings, found, _summary(settings, len(targets), len(found))))
-        summary = _summary(settings, len(targets), len(found))
-        emit(summary.line(), ctx.log)
-        return summary
-    return _sharded(ctx, world, shard, targets, meta)
+            ctx.out, settings, found, _summary(settings, images, len(found))))
+    else:
+        return _sharded(ctx, world, shard, targets, meta)
+    summary = _summary(settings, images, len(found))
+    emit(summary.line(), ctx.log)
+    return summary
 
 
 def _setup(job: AuditJob, world: distributed.World) -> Tuple["_Audit", dict]:
@@ -375,15 +377,8 @@ def _summary(settings: dict, images: int, found: int) -> AuditSummary:
     return AuditSummary(images, found, checks, settings["alpha"], settings["alpha_predict"], settings["beta"])
 
 
-def _finish(out: Path, settings: dict, found: List[dict], summary: AuditSummary,
-            log: Callable[[str], None]) -> AuditSummary:
-    """Write OUT/counterexamples.json and OUT/audit.json (settings and summary); print the summary."""
-    _write_results(out, settings, found, summary)
-    emit(summary.line(), log)
-    return summary
-
-
 def _write_results(out: Path, settings: dict, found: List[dict], summary: AuditSummary) -> None:
+    """Write OUT/counterexamples.json and OUT/audit.json (settings and summary)."""
     atomic_write_bytes(out / "counterexamples.json", (json.dumps(found, indent=2) + "\n").encode("utf-8"))
     record = {**settings, "summary": {**asdict(summary), "consistent": summary.consistent, "line": summary.line()},
               "finished": datetime.datetime.now().isoformat(timespec="seconds")}
@@ -574,7 +569,7 @@ def _found(out: Path, lines: Sequence[str]) -> List[dict]:
 
 # -- shards ---------------------------------------------------------------------------------
 
-def _shard_rows(p: Path, meta: dict) -> List[Tuple[int, str]]:
+def _shard_rows(p: Path) -> List[Tuple[int, str]]:
     """(idx, line) of the rows of the complete audit shard ``p``, checked to be whole rows."""
     text = p.read_text(encoding="utf-8")
     check(text.split("\n", 1)[0] == AUDIT_HEADER, f"{p} is not an audit TSV (its header is not {AUDIT_HEADER!r}); "
@@ -589,15 +584,16 @@ def _shard_rows(p: Path, meta: dict) -> List[Tuple[int, str]]:
 def _join(out: Path, shards: List[Tuple[Path, dict]]) -> Tuple[dict, Callable[[], None], str]:
     """OUT/audit.tsv (rows by idx), counterexamples.json and audit.json from the audit shards."""
     first, k = shards[0][1], len(shards)
-    rows = sorted(row for p, meta in shards for row in _shard_rows(p, meta))
+    held = [_shard_rows(p) for p, _ in shards]
+    rows = sorted(row for part in held for row in part)
     idx = [i for i, _ in rows]
     check(len(set(idx)) == len(idx) == first["subset_size"],
           f"the shards of {out} hold {len(idx)} rows of {len(set(idx))} images, the audit has {first['subset_size']} "
           f"certified images; rerun the shards' audit commands")
-    for p, meta in shards:
-        held = [i for i, _ in _shard_rows(p, meta)]
-        check(sorted(held) == idx[meta["shard"][0]::k], f"audit shard {meta['shard'][0]}/{k} ({p}) does not hold "
-                                                        f"exactly its share of the certified images; rerun it")
+    for (p, meta), mine in zip(shards, held):
+        check(sorted(i for i, _ in mine) == idx[meta["shard"][0]::k],
+              f"audit shard {meta['shard'][0]}/{k} ({p}) does not hold exactly its share of the certified images; "
+              f"rerun it")
     settings = {key: v for key, v in first.items() if key not in _RUN_FIELDS}
     found = _found(out.parent, [ln for _, ln in rows])
     summary = _summary(settings, len(rows), len(found))

@@ -131,8 +131,8 @@ def continue_as_shards(out: Path, meta: dict, indices: Sequence[int], shards: Se
             write_sidecar(path, {**smeta, "started": old.get("started", meta.get("started")), **extra,
                                  "complete": False})  # before the TSV: a kill before it starts over
             atomic_write_bytes(path, "".join([header + "\n", *(line for _, line in mine)]).encode("utf-8"))
-            units = len({i for i, _ in mine})
-            log(f"{path}: continues {out}, which holds rows of {units} of its {len(share)} examples")
+            log(f"{path}: continues {out}, which holds rows of {len({i for i, _ in mine})} of its {len(share)} "
+                f"examples")
 
 
 def wait_for_lock(stack: contextlib.ExitStack, out: Path) -> None:
